@@ -1,0 +1,130 @@
+"""The ``Environment`` interface and the registry that loads environments by name.
+
+An environment is one independent instance of a world: ``reset(task)`` builds the world for the
+task (deterministically from the task and its seed), ``step(action)`` executes the agent's tool
+calls, ``evaluate()`` scores the final state in [0, 1], ``close()`` frees it. A bad action
+(unknown tool, bad JSON, wrong arguments, an exception inside a tool) yields an error
+observation; it never raises out of ``step``.
+
+The async twins default to calling the sync methods (right for fast in-process worlds); remote
+environments (``env_tools.client.RemoteEnvironment``) implement them natively.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.types import Action, Observation, StepResult, Task
+
+__all__ = [
+    "Environment",
+    "list_environments",
+    "load_environment",
+    "register_environment",
+]
+
+
+class Environment(ABC):
+    """One live, independent environment instance."""
+
+    @abstractmethod
+    def reset(self, task: Task) -> Observation:
+        """Build the world for ``task`` and return the opening messages and tool schemas."""
+
+    @abstractmethod
+    def step(self, action: Action) -> StepResult:
+        """Execute the agent's turn. Tool errors become observations with ``is_error=True``."""
+
+    @abstractmethod
+    def evaluate(self) -> float:
+        """Score the current state against the task, in [0, 1] (partial credit allowed)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, default is a no-op
+        """Release the instance. Idempotent."""
+
+    def list_tasks(self, split: str = "train") -> list[Task]:
+        """The environment's own tasks for ``split`` (``train`` / ``test``); empty if it has none."""
+        return []
+
+    def profile(self) -> dict[str, Any]:
+        """Entities, their attributes and operations (used by self-questioning)."""
+        return {}
+
+    async def areset(self, task: Task) -> Observation:
+        return self.reset(task)
+
+    async def astep(self, action: Action) -> StepResult:
+        return self.step(action)
+
+    async def aevaluate(self) -> float:
+        return self.evaluate()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> Environment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+EnvironmentFactory = Callable[..., Environment]
+
+_REGISTRY: dict[str, str | EnvironmentFactory] = {
+    "sandbox": "env_tools.sandbox:SandboxEnvironment",
+}
+
+
+def register_environment(name: str, factory: str | EnvironmentFactory) -> None:
+    """Register ``factory`` (a callable or ``"module:attr"`` path) under ``name``."""
+    _REGISTRY[name] = factory
+
+
+def list_environments() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _import_path(path: str) -> Any:
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ImportError(path)
+    module = importlib.import_module(module_name)
+    return getattr(module, attr)
+
+
+def load_environment(name: str, **kwargs: Any) -> Environment:
+    """Create a fresh environment instance by registry name or dotted path.
+
+    Example:
+        >>> env = load_environment("sandbox")
+        >>> task = env.list_tasks("train")[0]
+        >>> obs = env.reset(task)
+    """
+    target = _REGISTRY.get(name)
+    if target is None:
+        if "." not in name and ":" not in name:
+            raise ConfigError(
+                f"Unknown environment {name!r}. Registered: {', '.join(list_environments())}. "
+                "Pass a registered name or a dotted path such as 'my_pkg.envs:MyEnv'."
+            )
+        target = name
+    if isinstance(target, str):
+        try:
+            target = _import_path(target)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(
+                f"Could not import environment {name!r} ({e}). Registered names: "
+                f"{', '.join(list_environments())}; a dotted path must be 'module:attr' or "
+                "'module.attr' pointing at an Environment class or factory."
+            ) from e
+    env = target(**kwargs)
+    if not isinstance(env, Environment):
+        raise ConfigError(f"{name!r} produced {type(env).__name__}, which is not an Environment.")
+    return env
