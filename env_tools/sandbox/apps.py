@@ -239,7 +239,15 @@ def list_bookings(world: World) -> list[dict[str, Any]]:
     out = []
     for b in world.bookings.values():
         f = world.flights[b["flight_id"]]
-        out.append({"id": b["id"], "flight_id": f["id"], "destination": f["destination"], "date": f["date"], "price": b["price"]})
+        out.append(
+            {
+                "id": b["id"],
+                "flight_id": f["id"],
+                "destination": f["destination"],
+                "date": f["date"],
+                "price": b["price"],
+            }
+        )
     return out
 
 

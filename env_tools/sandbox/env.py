@@ -29,7 +29,7 @@ from .world import World, diff_worlds
 
 __all__ = ["SYSTEM_PROMPT", "SandboxEnvironment", "check_arguments", "score_state"]
 
-SYSTEM_PROMPT = "You are a helpful assistant. Use the tools to act. When done, reply with a short answer."
+SYSTEM_PROMPT = "Use the tools to act for the user. When done, reply with a short answer."
 COLLATERAL_PENALTY = 0.5
 _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 
@@ -155,7 +155,9 @@ class SandboxEnvironment(Environment):
         observations = []
         for i, call in enumerate(action.tool_calls):
             text, is_error = _execute(world, call)
-            observations.append(ToolObservation(call_id=call.id or f"call_{i}", name=call.name, content=text, is_error=is_error))
+            observations.append(
+                ToolObservation(call_id=call.id or f"call_{i}", name=call.name, content=text, is_error=is_error)
+            )
         return StepResult(observations=tuple(observations))
 
     def evaluate(self) -> float:

@@ -42,7 +42,12 @@ ENTITIES: dict[str, dict[str, Any]] = {
 def environment_profile() -> dict[str, Any]:
     """A JSON-able profile: ``{"apps", "entities", "operations"}``."""
     operations = {
-        name: {"app": spec.app, "description": spec.description, "arguments": sorted(spec.params), "writes": spec.writes}
+        name: {
+            "app": spec.app,
+            "description": spec.description,
+            "arguments": sorted(spec.params),
+            "writes": spec.writes,
+        }
         for name, spec in TOOLS.items()
     }
     return {"apps": {app: list(tools) for app, tools in APPS.items()}, "entities": ENTITIES, "operations": operations}

@@ -45,7 +45,13 @@ def _route(rng: random.Random, world: World) -> tuple[str, str, str, dict[str, A
 
 def contact_phone(rng: random.Random, world: World) -> Spec:
     c = rng.choice(list(world.contacts.values()))
-    return {}, f"What is {c['name']}'s phone number?", [_call("search_contacts", query=c["name"])], c["phone"], ["contacts"]
+    return (
+        {},
+        f"What is {c['name']}'s phone number?",
+        [_call("search_contacts", query=c["name"])],
+        c["phone"],
+        ["contacts"],
+    )
 
 
 def wallet_balance(rng: random.Random, world: World) -> Spec:
@@ -170,8 +176,7 @@ def pay_or_defer(rng: random.Random, world: World) -> Spec:
     affordable = rng.random() < 0.5
     balance = amount + rng.randrange(0, 300, 10) if affordable else amount - rng.randrange(10, 100, 10)
     query = (
-        f"Pay {c['name']} {amount} dollars if my balance covers it; "
-        f"if not, send {c['name']} the message: {PAY_LATER}"
+        f"Pay {c['name']} {amount} dollars if my balance covers it; if not, send {c['name']} the message: {PAY_LATER}"
     )
     calls = [_call("get_balance"), _call("search_contacts", query=c["name"])]
     if affordable:

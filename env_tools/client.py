@@ -1,0 +1,335 @@
+"""``RemoteEnvironment``: an environment served by ``env_tools.server``, behind the same interface.
+
+A rollout cannot tell it from a local environment: ``reset`` creates a server-side instance
+(releasing the previous one), ``step`` / ``evaluate`` act on it, ``close`` releases it. The sync
+methods use one shared ``httpx.Client`` per base URL; the async twins are native and share one
+``httpx.AsyncClient`` per base URL *and event loop* (an AsyncClient's connections belong to the
+loop that opened them), so 64 concurrent rollouts reuse one connection pool.
+
+Failures raise ``RemoteEnvironmentFailure`` (an ``EnvironmentFailure``) carrying the server's
+message, the HTTP status and the error type. Calls are retried with a short backoff when the
+connection could not be made (the request never left, so any call is safe to repeat) and, for
+idempotent calls only (list, profile, evaluate, release), on dropped connections and 503.
+
+Example:
+    >>> env = RemoteEnvironment("http://127.0.0.1:8080", token=None)
+    >>> task = env.list_tasks("train")[0]
+    >>> obs = env.reset(task)
+    >>> result = env.step(Action(tool_calls=task.reference_solution))
+    >>> score = env.evaluate()
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from env_tools.base import Environment
+from langgraph_evolver.errors import ConfigError, EnvironmentFailure
+from langgraph_evolver.types import Action, Observation, StepResult, Task
+
+__all__ = [
+    "RemoteEnvironment",
+    "RemoteEnvironmentFailure",
+    "aclose_shared_clients",
+    "close_shared_clients",
+    "remote_environment_factory",
+]
+
+logger = logging.getLogger("env_tools.client")
+
+START_HINT = (
+    "Is the service running? Start it with `python -m env_tools.server --env sandbox --port 8080` "
+    "and pass its URL (http://host:port) to RemoteEnvironment."
+)
+_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+_BACKOFF_S = 0.1
+
+
+class RemoteEnvironmentFailure(EnvironmentFailure):
+    """The environment service refused a call or could not be reached.
+
+    Attributes:
+        status_code: the HTTP status, or ``None`` when no answer came back.
+        error_type: the service's error type (``instance_not_found``, ``too_many_instances``, ...).
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.error_type = error_type
+
+
+# -- shared connection pools ---------------------------------------------------------------------
+_clients_lock = threading.Lock()
+_sync_clients: dict[tuple[int, str], httpx.Client] = {}
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _sync_client(base_url: str) -> httpx.Client:
+    key = (os.getpid(), base_url)  # a forked worker must not share its parent's sockets
+    with _clients_lock:
+        client = _sync_clients.get(key)
+        if client is None or client.is_closed:
+            client = _sync_clients[key] = httpx.Client(base_url=base_url, limits=_LIMITS)
+        return client
+
+
+def _async_client(base_url: str) -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    with _clients_lock:
+        per_loop = _async_clients.setdefault(loop, {})
+        client = per_loop.get(base_url)
+        if client is None or client.is_closed:
+            client = per_loop[base_url] = httpx.AsyncClient(base_url=base_url, limits=_LIMITS)
+        return client
+
+
+def close_shared_clients() -> None:
+    """Close the shared sync connection pools (they reopen on the next call)."""
+    with _clients_lock:
+        clients = list(_sync_clients.values())
+        _sync_clients.clear()
+    for client in clients:
+        client.close()
+
+
+async def aclose_shared_clients() -> None:
+    """Close the running event loop's shared async connection pools; call before the loop ends."""
+    loop = asyncio.get_running_loop()
+    with _clients_lock:
+        clients = list(_async_clients.pop(loop, {}).values())
+    for client in clients:
+        await client.aclose()
+
+
+# -- the environment -------------------------------------------------------------------------------
+class RemoteEnvironment(Environment):
+    """One instance of the environment served at ``base_url`` (see ``env_tools.server``).
+
+    The service decides which environment runs; ``task.env`` is not consulted.
+
+    Args:
+        base_url: the service's address, e.g. ``http://127.0.0.1:8080``.
+        token: bearer token when the service was started with ``--token``.
+        timeout: seconds to wait for each answer.
+        retries: extra attempts for retryable failures (see the module docstring).
+    """
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0, retries: int = 2) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}.")
+        if retries < 0:
+            raise ConfigError(f"retries must be 0 or more, got {retries}.")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._instance_id: str | None = None
+
+    @property
+    def instance_id(self) -> str | None:
+        """The server-side instance this object drives, or ``None`` before ``reset`` / after ``close``."""
+        return self._instance_id
+
+    def __repr__(self) -> str:
+        return f"RemoteEnvironment({self.base_url!r}, instance_id={self._instance_id!r})"
+
+    # -- plumbing shared by the sync and async paths
+    def _retryable(self, error: httpx.TransportError, idempotent: bool) -> bool:
+        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+            return True  # nothing reached the server
+        return idempotent and not isinstance(error, httpx.TimeoutException)
+
+    @staticmethod
+    def _delay(attempt: int) -> float:
+        return _BACKOFF_S * (2**attempt) * (1 + random.random() / 2)
+
+    def _unreachable(self, error: httpx.TransportError, method: str, path: str, attempts: int) -> EnvironmentFailure:
+        if isinstance(error, httpx.TimeoutException) and not isinstance(error, httpx.ConnectTimeout):
+            message = (
+                f"The environment service at {self.base_url} did not answer {method} {path} within "
+                f"{self.timeout:g} s. It may be overloaded (see its log): run fewer rollouts at once or raise "
+                "RemoteEnvironment(timeout=...)."
+            )
+        else:
+            message = (
+                f"Cannot reach the environment service at {self.base_url} for {method} {path} "
+                f"({type(error).__name__}: {error}; {attempts} attempt(s)). {START_HINT}"
+            )
+        return RemoteEnvironmentFailure(message)
+
+    def _decode(self, response: httpx.Response, method: str, path: str) -> Any:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.status_code < 400 and data is not None:
+            return data
+        error = data.get("error") if isinstance(data, dict) else None
+        if not isinstance(error, dict) or "message" not in error:
+            raise RemoteEnvironmentFailure(
+                f"{self.base_url} answered {method} {path} with HTTP {response.status_code} and a body that is not "
+                f"the environment service's JSON ({response.text[:200]!r}). Is this the address of "
+                f"`python -m env_tools.server`? {START_HINT}",
+                status_code=response.status_code,
+            )
+        message = f"Environment service {self.base_url} refused {method} {path} (HTTP {response.status_code}): "
+        message += str(error["message"])
+        if response.status_code == 401 and not self._headers:
+            message += " This RemoteEnvironment has no token: pass RemoteEnvironment(url, token=...)."
+        raise RemoteEnvironmentFailure(message, status_code=response.status_code, error_type=error.get("type"))
+
+    def _request(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
+        client = _sync_client(self.base_url)
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = client.request(method, path, headers=self._headers, timeout=self.timeout, **kwargs)
+            except httpx.TransportError as e:
+                if last or not self._retryable(e, idempotent):
+                    raise self._unreachable(e, method, path, attempt + 1) from e
+                time.sleep(self._delay(attempt))
+                continue
+            if response.status_code == 503 and idempotent and not last:
+                time.sleep(self._delay(attempt))
+                continue
+            return self._decode(response, method, path)
+        raise AssertionError("unreachable")
+
+    async def _arequest(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
+        client = _async_client(self.base_url)
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = await client.request(method, path, headers=self._headers, timeout=self.timeout, **kwargs)
+            except httpx.TransportError as e:
+                if last or not self._retryable(e, idempotent):
+                    raise self._unreachable(e, method, path, attempt + 1) from e
+                await asyncio.sleep(self._delay(attempt))
+                continue
+            if response.status_code == 503 and idempotent and not last:
+                await asyncio.sleep(self._delay(attempt))
+                continue
+            return self._decode(response, method, path)
+        raise AssertionError("unreachable")
+
+    def _path(self, suffix: str = "") -> str:
+        if self._instance_id is None:
+            raise RemoteEnvironmentFailure(
+                "This RemoteEnvironment has no live instance: call reset(task) before step/evaluate "
+                "(close() releases the instance)."
+            )
+        return f"/instances/{self._instance_id}{suffix}"
+
+    def _forget(self) -> str | None:
+        instance_id, self._instance_id = self._instance_id, None
+        return instance_id
+
+    @staticmethod
+    def _log_release_failure(instance_id: str, error: EnvironmentFailure) -> None:
+        if getattr(error, "status_code", None) != 404:  # 404: already expired or released, nothing to do
+            logger.warning("could not release remote instance %s (it expires when idle): %s", instance_id, error)
+
+    # -- the Environment interface, sync
+    def reset(self, task: Task) -> Observation:
+        self.close()
+        data = self._request("POST", "/instances", idempotent=False, json={"task": task.to_dict()})
+        self._instance_id = data["instance_id"]
+        return Observation.from_dict(data["observation"])
+
+    def step(self, action: Action) -> StepResult:
+        data = self._request("POST", self._path("/step"), idempotent=False, json={"action": action.to_dict()})
+        return StepResult.from_dict(data)
+
+    def evaluate(self) -> float:
+        return float(self._request("POST", self._path("/evaluate"), idempotent=True)["score"])
+
+    def close(self) -> None:
+        """Release the server-side instance. Idempotent; never raises (a failure is logged)."""
+        instance_id = self._forget()
+        if instance_id is None:
+            return
+        try:
+            self._request("DELETE", f"/instances/{instance_id}", idempotent=True)
+        except EnvironmentFailure as e:
+            self._log_release_failure(instance_id, e)
+
+    def list_tasks(self, split: str = "train") -> list[Task]:
+        data = self._request("GET", "/tasks", idempotent=True, params={"split": split})
+        return [Task.from_dict(t) for t in data["tasks"]]
+
+    def profile(self) -> dict[str, Any]:
+        return self._request("GET", "/profile", idempotent=True)
+
+    def health(self) -> dict[str, Any]:
+        """The service's ``/health`` answer (status, env, live instances, limit)."""
+        return self._request("GET", "/health", idempotent=True)
+
+    # -- async twins
+    async def areset(self, task: Task) -> Observation:
+        await self.aclose()
+        data = await self._arequest("POST", "/instances", idempotent=False, json={"task": task.to_dict()})
+        self._instance_id = data["instance_id"]
+        return Observation.from_dict(data["observation"])
+
+    async def astep(self, action: Action) -> StepResult:
+        data = await self._arequest("POST", self._path("/step"), idempotent=False, json={"action": action.to_dict()})
+        return StepResult.from_dict(data)
+
+    async def aevaluate(self) -> float:
+        return float((await self._arequest("POST", self._path("/evaluate"), idempotent=True))["score"])
+
+    async def aclose(self) -> None:
+        instance_id = self._forget()
+        if instance_id is None:
+            return
+        try:
+            await self._arequest("DELETE", f"/instances/{instance_id}", idempotent=True)
+        except EnvironmentFailure as e:
+            self._log_release_failure(instance_id, e)
+
+    async def alist_tasks(self, split: str = "train") -> list[Task]:
+        data = await self._arequest("GET", "/tasks", idempotent=True, params={"split": split})
+        return [Task.from_dict(t) for t in data["tasks"]]
+
+    async def aprofile(self) -> dict[str, Any]:
+        return await self._arequest("GET", "/profile", idempotent=True)
+
+    async def ahealth(self) -> dict[str, Any]:
+        return await self._arequest("GET", "/health", idempotent=True)
+
+    async def __aenter__(self) -> RemoteEnvironment:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def remote_environment_factory(
+    base_url: str, token: str | None = None, *, timeout: float = 30.0, retries: int = 2
+) -> Callable[..., RemoteEnvironment]:
+    """A ``task -> Environment`` factory: a fresh ``RemoteEnvironment`` per rollout, one shared pool.
+
+    Example:
+        >>> make_env = remote_environment_factory("http://127.0.0.1:8080")
+        >>> env = make_env(task)
+    """
+    RemoteEnvironment(base_url, token=token, timeout=timeout, retries=retries)  # validate the arguments now
+
+    def make(task: Task | None = None) -> RemoteEnvironment:
+        return RemoteEnvironment(base_url, token=token, timeout=timeout, retries=retries)
+
+    return make

@@ -1,0 +1,683 @@
+"""The HTTP environment service: any registered environment behind a small JSON API.
+
+Remote rollout workers create an instance per rollout, step it, evaluate it and release it;
+``env_tools.client.RemoteEnvironment`` speaks this API behind the ``Environment`` interface.
+
+Run it (needs the ``serve`` extra: fastapi + uvicorn)::
+
+    python -m env_tools.server --env sandbox --port 8080
+    python -m env_tools.server --env sandbox --host 0.0.0.0 --port 8080 --token s3cret \
+        --max-instances 512 --idle-timeout 300 --env-arg seed=7
+
+Endpoints (JSON; every error is ``{"error": {"message", "type"}}``):
+
+- ``GET /health`` (never needs the token), ``GET /tasks?split=train``, ``GET /profile``
+- ``POST /instances`` ``{"task": {...}}`` or ``{"task_id": "...", "split": "train"}``
+- ``POST /instances/{id}/step`` ``{"action": {...}}``, ``POST /instances/{id}/evaluate``
+- ``DELETE /instances/{id}``
+
+Limits: at most ``max_instances`` live instances (429 beyond), instances idle longer than
+``idle_timeout_s`` are closed by a background sweep (their id then answers 404 "expired"),
+request bodies over ``max_request_bytes`` are refused (413). An exception inside the
+environment becomes a JSON error (400 for ``EnvironmentFailure``, else 500); the service keeps
+serving. Environment calls run in the threadpool; each instance has its own lock, so calls to
+one instance are serialized while different instances run concurrently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from env_tools.base import Environment, load_environment
+from langgraph_evolver.errors import ConfigError, EnvironmentFailure
+from langgraph_evolver.types import Action, Task
+
+__all__ = ["create_app", "main", "make_parser", "parse_env_args"]
+
+logger = logging.getLogger("env_tools.server")
+T = TypeVar("T")
+
+_STEP_HINT = (
+    'A step body looks like {"action": {"tool_calls": [{"name": "search_contacts", '
+    '"arguments": {"query": "Ann"}, "id": "call_0"}], "content": null}}; '
+    'a final answer is {"action": {"content": "..."}}.'
+)
+_CREATE_HINT = 'Send {"task": <Task.to_dict()>} or {"task_id": "...", "split": "train"}.'
+
+
+# -- request / response models (the HTTP boundary) -------------------------------------------
+class ToolCallModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str = ""
+
+
+class ActionModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool_calls: list[ToolCallModel] = Field(default_factory=list)
+    content: str | None = None
+
+
+class TaskModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # tolerate fields added by newer Task versions
+    id: str
+    query: str
+    env: str = "sandbox"
+    env_params: dict[str, Any] = Field(default_factory=dict)
+    reference_solution: list[ToolCallModel] | None = None
+    source: Literal["seed", "synthetic", "trace"] = "seed"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CreateInstanceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: TaskModel | None = None
+    task_id: str | None = None
+    split: str = "train"
+
+    @model_validator(mode="after")
+    def _one_task(self) -> CreateInstanceRequest:
+        if (self.task is None) == (self.task_id is None):
+            raise ValueError("send exactly one of 'task' (a full task object) or 'task_id' (with optional 'split')")
+        return self
+
+
+class StepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: ActionModel
+
+
+class ObservationModel(BaseModel):
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+
+class CreateInstanceResponse(BaseModel):
+    instance_id: str
+    observation: ObservationModel
+
+
+class ToolObservationModel(BaseModel):
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+class StepResultModel(BaseModel):
+    observations: list[ToolObservationModel]
+    done: bool
+
+
+class EvaluateResponse(BaseModel):
+    score: float
+
+
+class ReleaseResponse(BaseModel):
+    released: str
+
+
+class HealthResponse(BaseModel):
+    status: str
+    env: str
+    instances: int
+    max_instances: int
+
+
+class TasksResponse(BaseModel):
+    tasks: list[dict[str, Any]]
+
+
+# -- errors and the instance table ----------------------------------------------------------
+class ServiceError(Exception):
+    """An error answer: HTTP status, message (what happened and how to fix it) and error type."""
+
+    def __init__(self, status_code: int, message: str, type: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status_code, self.message, self.type, self.headers = status_code, message, type, headers
+
+
+def error_body(message: str, type: str) -> dict[str, Any]:
+    """The one error shape every endpoint answers with."""
+    return {"error": {"message": message, "type": type}}
+
+
+@dataclass(eq=False)
+class _Instance:
+    env: Environment
+    task_id: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serializes calls to this instance; held while the environment runs."""
+    last_used: float = field(default_factory=time.monotonic)
+    closed: bool = False
+
+
+class InstanceTable:
+    """Live instances by id, with a size limit and idle expiry. Thread-safe.
+
+    The table lock guards the dict and is never held while an environment runs; each instance's
+    own lock serializes the calls to that instance.
+    """
+
+    _REMEMBER_GONE = 10_000  # ids of released/expired instances kept for precise 404 messages
+
+    def __init__(self, *, max_instances: int, idle_timeout_s: float) -> None:
+        self.max_instances = max_instances
+        self.idle_timeout_s = idle_timeout_s
+        self._lock = threading.Lock()
+        self._live: dict[str, _Instance] = {}
+        self._pending = 0
+        self._gone: OrderedDict[str, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+    def _forget_locked(self, instance_id: str, reason: str) -> _Instance | None:
+        inst = self._live.pop(instance_id, None)
+        if inst is not None:
+            self._gone[instance_id] = reason
+            while len(self._gone) > self._REMEMBER_GONE:
+                self._gone.popitem(last=False)
+        return inst
+
+    def _pop_expired_locked(self, now: float) -> list[_Instance]:
+        idle = [
+            iid
+            for iid, inst in self._live.items()
+            if now - inst.last_used > self.idle_timeout_s and not inst.lock.locked()
+        ]
+        return [inst for iid in idle if (inst := self._forget_locked(iid, "expired")) is not None]
+
+    @staticmethod
+    def _close(inst: _Instance) -> None:
+        with inst.lock:  # waits for a call in flight on this instance
+            if inst.closed:
+                return
+            inst.closed = True
+            try:
+                inst.env.close()
+            except Exception:
+                logger.exception("closing an environment instance failed")
+
+    def _not_found(self, instance_id: str) -> ServiceError:
+        with self._lock:
+            reason = self._gone.get(instance_id)
+        create = "Create a new instance with POST /instances (RemoteEnvironment.reset(task))."
+        if reason == "expired":
+            message = (
+                f"Instance {instance_id!r} expired: it was idle for more than {self.idle_timeout_s:g} s and the "
+                f"service released it. {create} If rollouts pause longer, start the service with a larger "
+                "--idle-timeout."
+            )
+        elif reason == "released":
+            message = f"Instance {instance_id!r} was already released (DELETE). {create}"
+        else:
+            message = (
+                f"Unknown instance {instance_id!r}: it expired or never existed (a restarted service forgets "
+                f"its instances). {create}"
+            )
+        return ServiceError(404, message, "instance_not_found")
+
+    @contextmanager
+    def reservation(self) -> Iterator[None]:
+        """Hold one of the ``max_instances`` slots while an instance is being built."""
+        with self._lock:
+            expired = self._pop_expired_locked(time.monotonic())  # free idle slots first
+            live = len(self._live) + self._pending
+            if live < self.max_instances:
+                self._pending += 1
+        for inst in expired:
+            self._close(inst)
+        if live >= self.max_instances:
+            raise ServiceError(
+                429,
+                f"The service already holds {live} live instances, its limit (--max-instances "
+                f"{self.max_instances}). Release finished instances with DELETE /instances/{{id}} "
+                "(RemoteEnvironment.close()), run fewer rollouts at once, or restart the service with a larger "
+                "--max-instances.",
+                "too_many_instances",
+                headers={"Retry-After": "1"},
+            )
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+    def add(self, env: Environment, task_id: str) -> str:
+        instance_id = uuid.uuid4().hex
+        with self._lock:
+            self._live[instance_id] = _Instance(env=env, task_id=task_id)
+        return instance_id
+
+    @contextmanager
+    def use(self, instance_id: str) -> Iterator[_Instance]:
+        """Look up a live instance and hold its lock; 404 when it is unknown, released or expired."""
+        now = time.monotonic()
+        expired = None
+        with self._lock:
+            inst = self._live.get(instance_id)
+            if inst is not None and now - inst.last_used > self.idle_timeout_s and not inst.lock.locked():
+                expired, inst = self._forget_locked(instance_id, "expired"), None
+            elif inst is not None:
+                inst.last_used = now  # keeps the sweep away while this call waits for the lock
+        if expired is not None:
+            self._close(expired)
+        if inst is None:
+            raise self._not_found(instance_id)
+        with inst.lock:
+            if inst.closed:  # released while this call waited
+                raise self._not_found(instance_id)
+            try:
+                yield inst
+            finally:
+                inst.last_used = time.monotonic()
+
+    def release(self, instance_id: str) -> None:
+        with self._lock:
+            inst = self._forget_locked(instance_id, "released")
+        if inst is None:
+            raise self._not_found(instance_id)
+        self._close(inst)
+
+    def sweep(self) -> int:
+        """Close every instance idle longer than the timeout; returns how many."""
+        with self._lock:
+            expired = self._pop_expired_locked(time.monotonic())
+        for inst in expired:
+            self._close(inst)
+        return len(expired)
+
+    def close_all(self) -> None:
+        with self._lock:
+            every = [inst for iid in list(self._live) if (inst := self._forget_locked(iid, "released"))]
+        for inst in every:
+            self._close(inst)
+
+
+# -- ASGI middleware: bearer auth and the body size cap -------------------------------------------
+async def _send_error(send: Any, status: int, message: str, type: str, headers: Sequence[tuple[bytes, bytes]] = ()):
+    body = json.dumps(error_body(message, type)).encode()
+    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _drain(receive: Any, limit: int) -> None:
+    """Read and drop up to ``limit`` request bytes, so the client gets our answer, not a reset."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        seen += len(message.get("body", b""))
+
+
+class BearerAuthMiddleware:
+    """Answer 401 unless ``Authorization: Bearer <token>`` matches (except on ``open_paths``)."""
+
+    def __init__(self, app: Any, *, token: str, open_paths: Sequence[str] = ()) -> None:
+        self.app, self._token, self._open = app, token.encode(), set(open_paths)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in self._open:
+            return await self.app(scope, receive, send)
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, value = header.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._token):
+            return await self.app(scope, receive, send)
+        how = (
+            "send 'Authorization: Bearer <token>' with the token the service was started with "
+            "(--token or EVOLVER_ENV_TOKEN); RemoteEnvironment(url, token=...) does this."
+        )
+        problem = "This service requires a bearer token" if not header else "The bearer token is wrong or malformed"
+        await _drain(receive, 1 << 20)
+        await _send_error(send, 401, f"{problem}: {how}", "unauthorized", [(b"www-authenticate", b"Bearer")])
+
+
+class BodyLimitMiddleware:
+    """Answer 413 to request bodies over ``max_bytes`` (declared or streamed)."""
+
+    def __init__(self, app: Any, *, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def _reject(self, receive: Any, send: Any, size: str) -> None:
+        await _drain(receive, 16 * self.max_bytes)
+        message = (
+            f"The request body is {size} bytes, over this service's limit of {self.max_bytes} bytes. Send a "
+            "smaller request, or start the service with a larger --max-request-bytes."
+        )
+        await _send_error(send, 413, message, "payload_too_large")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._reject(receive, send, declared.decode())
+        chunks, total, more = [], 0, True
+        while more:  # buffer the body (chunked bodies have no declared length)
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_bytes:
+                return await self._reject(receive, send, f"more than {total}")
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+# -- environment calls -------------------------------------------------------------------------
+def _guarded(what: str, fn: Callable[[], T]) -> T:
+    """Run an environment call; its exceptions become ``ServiceError`` (400 or 500)."""
+    try:
+        return fn()
+    except ServiceError:
+        raise
+    except (EnvironmentFailure, ConfigError) as e:
+        raise ServiceError(400, f"The environment refused {what}: {e}", "environment_failure") from e
+    except Exception as e:
+        logger.exception("environment raised during %s", what)
+        raise ServiceError(
+            500,
+            f"The environment raised {type(e).__name__} during {what}: {e}. This is a bug in the environment "
+            "(tool errors should come back as error observations); the service log has the traceback. The "
+            "service is still running; create a new instance to continue.",
+            "environment_error",
+        ) from e
+
+
+class _Catalog:
+    """One shared environment instance that answers ``list_tasks`` and ``profile``."""
+
+    def __init__(self, env: Environment) -> None:
+        self._env = env
+        self._lock = threading.Lock()
+        self._by_split: dict[str, dict[str, Task]] = {}
+
+    def tasks(self, split: str) -> dict[str, Task]:
+        with self._lock:
+            if split not in self._by_split:
+                tasks = _guarded(f"list_tasks({split!r})", lambda: self._env.list_tasks(split))
+                self._by_split[split] = {t.id: t for t in tasks}
+            return self._by_split[split]
+
+    def profile(self) -> dict[str, Any]:
+        with self._lock:
+            return _guarded("profile()", self._env.profile)
+
+
+# -- error handlers ------------------------------------------------------------------------
+def _describe_validation(exc: RequestValidationError) -> tuple[int, str, str]:
+    errors = exc.errors()
+    bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
+    if bad_json is not None:
+        reason = (bad_json.get("ctx") or {}).get("error", "JSON decode error")
+        pos = bad_json.get("loc", ("body", "?"))[-1]
+        message = f"The request body is not valid JSON ({reason} at character {pos}); send a JSON object."
+        return 400, message, "invalid_json"
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if not loc and e.get("type") == "missing":
+            parts.append("the request body is missing (send a JSON object)")
+        else:
+            parts.append(f"{loc}: {msg}" if loc else msg)
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return 422, "Invalid request: " + "; ".join(parts) + more + ".", "invalid_request"
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message, kind = _describe_validation(exc)
+        path = request.url.path
+        hint = _STEP_HINT if path.endswith("/step") else _CREATE_HINT if path.rstrip("/") == "/instances" else ""
+        return JSONResponse(error_body(f"{message} {hint}".strip(), kind), status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = str(exc.detail)
+        if exc.status_code == 404:
+            message = f"No endpoint {request.method} {request.url.path}; see GET /docs for the API."
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; see GET /docs for the API."
+        return JSONResponse(error_body(message, "http_error"), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # a bug in the service itself
+        logger.exception("unexpected error in %s %s", request.method, request.url.path)
+        message = f"Internal error in the environment service ({type(exc).__name__}: {exc}); see the service log."
+        return JSONResponse(error_body(message, "internal_error"), status_code=500)
+
+
+# -- the app ---------------------------------------------------------------------------------
+def create_app(
+    env_name: str,
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    token: str | None = None,
+    max_instances: int = 1024,
+    idle_timeout_s: float = 600.0,
+    max_request_bytes: int = 1 << 20,
+) -> FastAPI:
+    """Build the service for environment ``env_name`` (registry name or dotted path).
+
+    Args:
+        env_name: what ``load_environment`` loads for every instance.
+        env_kwargs: keyword arguments for each environment instance.
+        token: when set, every endpoint except ``/health`` needs ``Authorization: Bearer <token>``.
+        max_instances: live instances allowed at once; creating one more answers 429.
+        idle_timeout_s: an instance untouched this long is closed and its id answers 404.
+        max_request_bytes: request bodies larger than this answer 413.
+
+    Example:
+        >>> app = create_app("sandbox", max_instances=64)
+        >>> # uvicorn.run(app, host="127.0.0.1", port=8080)
+    """
+    env_kwargs = dict(env_kwargs or {})
+    if max_instances < 1:
+        raise ConfigError(f"max_instances must be at least 1, got {max_instances}.")
+    if not idle_timeout_s > 0:
+        raise ConfigError(f"idle_timeout_s must be positive (use math.inf to never expire), got {idle_timeout_s}.")
+    if max_request_bytes < 1:
+        raise ConfigError(f"max_request_bytes must be positive, got {max_request_bytes}.")
+    catalog = _Catalog(load_environment(env_name, **env_kwargs))  # fails fast on a bad name or kwargs
+    table = InstanceTable(max_instances=max_instances, idle_timeout_s=idle_timeout_s)
+    sweep_every = max(0.05, min(idle_timeout_s / 2, 30.0))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async def sweeper() -> None:
+            while True:
+                await asyncio.sleep(sweep_every)
+                try:
+                    await asyncio.to_thread(table.sweep)
+                except Exception:  # the sweep must never stop
+                    logger.exception("idle sweep failed")
+
+        task = asyncio.create_task(sweeper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.to_thread(table.close_all)
+
+    app = FastAPI(
+        title=f"langgraph-evolver environment service ({env_name})",
+        description="Create, step, evaluate and release environment instances over HTTP.",
+        lifespan=lifespan,
+    )
+    app.state.instances = table
+    _install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
+    if token:
+        app.add_middleware(BearerAuthMiddleware, token=token, open_paths=("/health",))
+
+    @app.get("/health", response_model=HealthResponse)
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "env": env_name, "instances": len(table), "max_instances": max_instances}
+
+    @app.get("/tasks", response_model=TasksResponse)
+    def tasks(split: str = "train") -> dict[str, Any]:
+        return {"tasks": [t.to_dict() for t in catalog.tasks(split).values()]}
+
+    @app.get("/profile")
+    def profile() -> dict[str, Any]:
+        return catalog.profile()
+
+    @app.post("/instances", response_model=CreateInstanceResponse)
+    def create_instance(body: CreateInstanceRequest) -> dict[str, Any]:
+        if body.task is not None:
+            task = Task.from_dict(body.task.model_dump())
+        else:
+            known = catalog.tasks(body.split)
+            task = known.get(body.task_id or "")
+            if task is None:
+                example = next(iter(known), None)
+                raise ServiceError(
+                    404,
+                    f"Unknown task id {body.task_id!r} in split {body.split!r} ({len(known)} tasks"
+                    + (f", e.g. {example!r}" if example else "")
+                    + f"). List them with GET /tasks?split={body.split}, or send the whole task as "
+                    '{"task": {...}}.',
+                    "unknown_task",
+                )
+
+        def build() -> tuple[Environment, dict[str, Any]]:
+            env = load_environment(env_name, **env_kwargs)
+            try:
+                return env, env.reset(task).to_dict()
+            except BaseException:
+                env.close()
+                raise
+
+        with table.reservation():
+            env, observation = _guarded(f"reset for task {task.id!r}", build)
+            instance_id = table.add(env, task.id)
+        return {"instance_id": instance_id, "observation": observation}
+
+    @app.post("/instances/{instance_id}/step", response_model=StepResultModel)
+    def step(instance_id: str, body: StepRequest) -> dict[str, Any]:
+        action = Action.from_dict(body.action.model_dump())
+        with table.use(instance_id) as inst:
+            return _guarded(f"step on instance {instance_id!r}", lambda: inst.env.step(action).to_dict())
+
+    @app.post("/instances/{instance_id}/evaluate", response_model=EvaluateResponse)
+    def evaluate(instance_id: str) -> dict[str, Any]:
+        with table.use(instance_id) as inst:
+            score = _guarded(f"evaluate on instance {instance_id!r}", lambda: float(inst.env.evaluate()))
+        if math.isnan(score) or not 0.0 <= score <= 1.0:
+            raise ServiceError(500, f"The environment returned score {score}, outside [0, 1].", "environment_error")
+        return {"score": score}
+
+    @app.delete("/instances/{instance_id}", response_model=ReleaseResponse)
+    def release(instance_id: str) -> dict[str, Any]:
+        table.release(instance_id)
+        return {"released": instance_id}
+
+    return app
+
+
+# -- command line ----------------------------------------------------------------------------
+def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["seed=3", "name=x"]`` -> ``{"seed": 3, "name": "x"}`` (values decoded as JSON when they parse)."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--env-arg expects key=value, got {pair!r} (e.g. --env-arg seed=3).")
+        try:
+            kwargs[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            kwargs[key.strip()] = raw
+    return kwargs
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m env_tools.server",
+        description="Serve an environment over HTTP for remote rollout workers.",
+    )
+    p.add_argument("--env", default="sandbox", help="environment registry name or dotted path (default: sandbox)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to bind (default: 8080)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("EVOLVER_ENV_TOKEN"),
+        help="bearer token required on every endpoint but /health (default: $EVOLVER_ENV_TOKEN; none if unset)",
+    )
+    p.add_argument("--max-instances", type=int, default=1024, help="live instances allowed at once (default: 1024)")
+    p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle instance is released")
+    p.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request body (default: 1 MiB)")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="environment keyword argument, repeatable"
+    )
+    p.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = make_parser().parse_args(argv)
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        app = create_app(
+            args.env,
+            parse_env_args(args.env_arg),
+            token=args.token,
+            max_instances=args.max_instances,
+            idle_timeout_s=args.idle_timeout,
+            max_request_bytes=args.max_request_bytes,
+        )
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    if not args.token and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("Serving on %s without a token: anyone who can reach it can use it. Pass --token.", args.host)
+    logger.info("Serving environment %r on http://%s:%d", args.env, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

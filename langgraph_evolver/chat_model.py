@@ -1,0 +1,106 @@
+"""``PolicyChatModel``: ``ChatOpenAI`` that keeps the exact token ids and logprobs of each call.
+
+vLLM (and our CPU policy server) return ``prompt_token_ids`` and per-choice ``token_ids`` when
+asked with ``return_token_ids``; ``langchain-openai`` keeps ``logprobs`` but drops the ids. This
+subclass hooks the chat result to keep them in ``response_metadata``, forces non-streaming
+calls (LangGraph's message streaming would otherwise switch to streaming and lose the ids), and
+turns tool-call arguments that decode to a non-object into ``invalid_tool_calls`` instead of
+letting ``AIMessage`` construction raise.
+
+Example:
+    >>> model = PolicyChatModel(base_url="http://127.0.0.1:8000/v1", model="tiny-policy")
+    >>> msg = model.bind_tools(tools).invoke(messages)          # doctest: +SKIP
+    >>> transition_from_message(msg).completion_ids              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
+from langchain_openai import ChatOpenAI
+
+from .types import Transition
+
+__all__ = ["PolicyChatModel", "transition_from_message"]
+
+
+def _split_bad_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove tool calls whose arguments decode to something other than an object; return them."""
+    calls = message.get("tool_calls") or []
+    good, bad = [], []
+    for call in calls:
+        raw = (call.get("function") or {}).get("arguments") or "{}"
+        try:
+            decoded = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError:
+            good.append(call)  # langchain already turns undecodable JSON into invalid_tool_calls
+            continue
+        (good if isinstance(decoded, dict) else bad).append(call)
+    if bad:
+        message["tool_calls"] = good or None
+    return bad
+
+
+class PolicyChatModel(ChatOpenAI):
+    """The policy as an OpenAI-compatible endpoint, with token ids and logprobs kept.
+
+    Defaults differ from ``ChatOpenAI`` only where the RL contract needs it: ``logprobs=True``,
+    ``extra_body={"return_token_ids": True}``, ``disable_streaming=True``,
+    ``use_responses_api=False``, ``temperature=1.0``, ``api_key="EMPTY"``.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
+        kwargs.setdefault("logprobs", True)
+        kwargs.setdefault("disable_streaming", True)
+        kwargs.setdefault("use_responses_api", False)
+        kwargs.setdefault("temperature", 1.0)
+        kwargs.setdefault("api_key", "EMPTY")
+        super().__init__(extra_body=extra_body, **kwargs)
+
+    def _create_chat_result(self, response: Any, generation_info: dict | None = None) -> ChatResult:
+        if isinstance(response, dict):
+            data = copy.deepcopy(response)
+        elif hasattr(response, "model_dump"):
+            data = response.model_dump(exclude={"choices": {"__all__": {"message": {"parsed"}}}}, warnings=False)
+        else:
+            return super()._create_chat_result(response, generation_info)
+        bad_calls = [_split_bad_tool_calls(c.get("message") or {}) for c in data.get("choices") or []]
+        result = super()._create_chat_result(data, generation_info)
+        prompt_ids = data.get("prompt_token_ids")
+        for gen, choice, bad in zip(result.generations, data.get("choices") or [], bad_calls, strict=False):
+            message = gen.message
+            message.response_metadata["prompt_token_ids"] = prompt_ids
+            message.response_metadata["token_ids"] = choice.get("token_ids")
+            if bad and isinstance(message, AIMessage):
+                message.invalid_tool_calls = list(message.invalid_tool_calls) + [
+                    invalid_tool_call(
+                        name=c["function"].get("name"),
+                        args=c["function"].get("arguments"),
+                        id=c.get("id"),
+                        error="arguments must be a JSON object",
+                    )
+                    for c in bad
+                ]
+        return result
+
+
+def transition_from_message(message: BaseMessage) -> Transition | None:
+    """The ``Transition`` recorded on an AI message, or ``None`` if the endpoint sent no ids."""
+    meta = message.response_metadata or {}
+    prompt_ids, completion_ids = meta.get("prompt_token_ids"), meta.get("token_ids")
+    content = (meta.get("logprobs") or {}).get("content")
+    if prompt_ids is None or completion_ids is None or content is None:
+        return None
+    return Transition(
+        prompt_ids=tuple(prompt_ids),
+        completion_ids=tuple(completion_ids),
+        logprobs=tuple(float(e["logprob"]) for e in content),
+        model_version=str(meta.get("model_name") or ""),
+        finish_reason=meta.get("finish_reason"),
+    )

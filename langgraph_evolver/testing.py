@@ -1,0 +1,82 @@
+"""Scripted chat models for tests and framework-overhead benchmarks (never a feature's "done").
+
+``ReferencePolicy`` replays each task's reference solution: it finds the task by the user
+message, counts the assistant turns so far, and answers with the next reference call, then the
+expected answer. It answers instantly, so timing a rollout with it measures the framework.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from .types import Task
+
+__all__ = ["ReferencePolicy", "ScriptedChatModel"]
+
+
+class ReferencePolicy(BaseChatModel):
+    """Answers every task with its reference solution, one call per turn."""
+
+    tasks_by_query: dict[str, Any]
+
+    def __init__(self, tasks: Iterable[Task], **kwargs: Any) -> None:
+        by_query: dict[str, Task] = {}
+        for task in tasks:
+            by_query.setdefault(task.query, task)
+        super().__init__(tasks_by_query=by_query, **kwargs)
+
+    @property
+    def _llm_type(self) -> str:
+        return "reference-policy"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ReferencePolicy:
+        return self
+
+    def _next(self, messages: list[BaseMessage]) -> AIMessage:
+        query = next(m.content for m in messages if isinstance(m, HumanMessage))
+        task: Task = self.tasks_by_query[query]
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        ref = task.reference_solution or ()
+        if turn < len(ref):
+            call = ref[turn]
+            return AIMessage("", tool_calls=[{"name": call.name, "args": dict(call.arguments), "id": f"call_{turn}"}])
+        return AIMessage(task.metadata.get("answer") or "Done.")
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        return self._generate(messages)
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Returns the given messages in order, cycling; for parsing and graph-logic tests."""
+
+    script: list[AIMessage]
+    counter: Any = None
+
+    def __init__(self, script: Sequence[AIMessage], **kwargs: Any) -> None:
+        super().__init__(script=list(script), counter=itertools.count(), **kwargs)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        msg = self.script[next(self.counter) % len(self.script)]
+        return ChatResult(generations=[ChatGeneration(message=msg.model_copy())])

@@ -1,0 +1,145 @@
+"""The agent graph with scripted chat models: tool loop, malformed calls, max turns, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from env_tools.sandbox import SandboxEnvironment, seed_tasks
+from graphs.agent import create_agent_graph
+from langgraph_evolver.rollout import _LIVE, arun_rollouts, run_rollouts
+from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
+from langgraph_evolver.types import Trajectory
+
+
+def unique_query_tasks(split: str = "train"):
+    seen, out = set(), []
+    for t in seed_tasks(split):
+        if t.query not in seen:
+            seen.add(t.query)
+            out.append(t)
+    return out
+
+
+def test_reference_policy_solves_tasks_through_the_graph():
+    tasks = unique_query_tasks()[:30]
+    graph = create_agent_graph(ReferencePolicy(tasks))
+    trajs = run_rollouts(graph, tasks)
+    assert [t.reward for t in trajs] == [1.0] * len(tasks)
+    for traj, task in zip(trajs, tasks, strict=True):
+        assert traj.finish_reason == "final_answer"
+        assert traj.errors == ()
+        # one step per reference call plus the final answer
+        assert len(traj.steps) == len(task.reference_solution) + 1
+        assert [s.action.tool_calls[0].name for s in traj.steps[:-1]] == [c.name for c in task.reference_solution]
+        assert all(not o.is_error for s in traj.steps for o in s.observations)
+        assert traj.steps[-1].action.content == (task.metadata["answer"] or "Done.")
+    assert not _LIVE, "environments must be released"
+
+
+def test_malformed_calls_become_error_observations_and_the_rollout_goes_on():
+    task = next(t for t in seed_tasks("train") if t.metadata["template"] == "contact_phone")
+    name = task.reference_solution[0].arguments["query"]
+    script = [
+        AIMessage('<tool_call>{"name": "search_contacts", "arguments": {oops</tool_call>'),  # unparseable block
+        AIMessage(
+            "", invalid_tool_calls=[{"name": "search_contacts", "args": "{bad", "id": "x1", "error": "bad json"}]
+        ),
+        AIMessage("", tool_calls=[{"name": "no_such_tool", "args": {}, "id": "x2"}]),
+        AIMessage("", tool_calls=[{"name": "search_contacts", "args": {"q": name}, "id": "x3"}]),  # wrong argument
+        AIMessage("", tool_calls=[{"name": "search_contacts", "args": {"query": name}, "id": "x4"}]),
+        AIMessage(task.metadata["answer"]),
+    ]
+    graph = create_agent_graph(ScriptedChatModel(script))
+    (traj,) = run_rollouts(graph, [task])
+    assert traj.finish_reason == "final_answer"
+    assert traj.reward == 1.0
+    assert len(traj.steps) == 6
+    assert traj.steps[0].error == "unparseable tool call"
+    assert "not a JSON object" in traj.steps[1].observations[0].content
+    assert traj.steps[1].error
+    assert "unknown tool 'no_such_tool'" in traj.steps[2].observations[0].content
+    assert "unknown argument(s) ['q']" in traj.steps[3].observations[0].content
+    assert all(s.observations[0].is_error for s in traj.steps[1:4])
+    assert not traj.steps[4].observations[0].is_error
+
+
+def test_max_turns_stops_a_looping_agent():
+    task = seed_tasks("train")[0]
+    loop = [AIMessage("", tool_calls=[{"name": "get_balance", "args": {}, "id": "c"}])]
+    graph = create_agent_graph(ScriptedChatModel(loop), max_turns=3)
+    (traj,) = run_rollouts(graph, [task])
+    assert traj.finish_reason == "max_turns"
+    assert len(traj.steps) == 3
+    assert traj.reward is not None and traj.reward < 1.0
+
+
+def test_policy_failure_is_recorded_not_raised():
+    class Broken(ScriptedChatModel):
+        def _generate(self, *a, **k):
+            raise ConnectionError("endpoint down")
+
+    graph = create_agent_graph(Broken([AIMessage("x")]))
+    (traj,) = run_rollouts(graph, seed_tasks("train")[:1])
+    assert traj.finish_reason == "error"
+    assert any("endpoint down" in e for e in traj.errors)
+    assert traj.reward is not None  # the environment was still scored and released
+    assert not _LIVE
+
+
+def test_environment_failure_on_reset_is_recorded():
+    def factory(task):
+        raise RuntimeError("cannot start")
+
+    graph = create_agent_graph(ReferencePolicy(seed_tasks("train")[:1]))
+    (traj,) = run_rollouts(graph, seed_tasks("train")[:1], env_factory=factory)
+    assert traj.finish_reason == "error"
+    assert any("cannot start" in e for e in traj.errors)
+
+
+def test_64_concurrent_rollouts_do_not_cross_talk():
+    tasks = unique_query_tasks("train")[:64]
+    assert len(tasks) == 64
+    created = []
+
+    def factory(task):
+        env = SandboxEnvironment()
+        created.append(env)
+        return env
+
+    graph = create_agent_graph(ReferencePolicy(tasks))
+    trajs = asyncio.run(arun_rollouts(graph, tasks, n=1, concurrency=64, env_factory=factory))
+    assert len(created) == 64
+    assert [t.reward for t in trajs] == [1.0] * 64
+    # every trajectory's observations come from its own task's world
+    for traj in trajs:
+        env = SandboxEnvironment()
+        env.reset(traj.task)
+        for step in traj.steps[:-1]:
+            expected = env.step(step.action).observations
+            assert [o.content for o in step.observations] == [o.content for o in expected]
+    assert len({t.group_id for t in trajs}) == 64
+
+
+def test_group_ids_and_jsonl_round_trip(tmp_path):
+    from langgraph_evolver.types import read_jsonl, write_jsonl
+
+    tasks = unique_query_tasks()[:3]
+    trajs = run_rollouts(create_agent_graph(ReferencePolicy(tasks)), tasks, n=2, group_prefix="step0/")
+    assert [t.group_id for t in trajs] == [f"step0/{t.id}" for t in tasks for _ in range(2)]
+    assert [t.rollout_index for t in trajs] == [0, 1] * 3
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, trajs)
+    back = list(read_jsonl(path, Trajectory))
+    assert back == trajs
+
+
+def test_task_id_input_for_langgraph_dev():
+    task = unique_query_tasks("test")[0]
+    graph = create_agent_graph(ReferencePolicy([task]))
+    state = asyncio.run(graph.ainvoke({"task_id": task.id}))
+    assert state["reward"] == 1.0
+    with pytest.raises(Exception, match="Unknown task id"):
+        asyncio.run(graph.ainvoke({"task_id": "sandbox-test-99999"}))

@@ -1,0 +1,336 @@
+"""Build and warm-start the tiny policy that the embedded default serves.
+
+There are no pretrained weights offline, so the embedded default is a small Qwen2-architecture
+model trained here from scratch: a byte-level BPE tokenizer trained on the sandbox's texts
+(single digits as tokens; entity names kept out of the merges so they are copied character by
+character), ChatML with ``<tool_call>`` blocks, then supervised training on the reference
+solutions of the sandbox's training stream (the loss covers assistant tokens only).
+
+The warm start stops short on purpose: RL needs a policy that succeeds *sometimes* (groups with
+reward variance), so the committed checkpoint is the one whose held-out success on the easier
+levels is mid-range. With a real model (e.g. a Qwen2.5 instruct checkpoint) none of this runs.
+
+Regenerate the committed checkpoint (about an hour on 2 CPU cores)::
+
+    python -m trainers.tiny --out checkpoints/tiny-policy --minutes 60
+
+Quick look (a few minutes, worse model)::
+
+    python -m trainers.tiny --out /tmp/tiny --minutes 3 --eval-tasks 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from env_tools.sandbox import SandboxEnvironment, generate_tasks
+from env_tools.sandbox.world import CITIES, EVENT_TITLES, FIRST_NAMES
+from langgraph_evolver.types import Action, Task, ToolCall
+
+from .chat_format import EOS_TOKEN, PAD_TOKEN, TINY_CHAT_TEMPLATE, parse_tool_calls
+
+__all__ = [
+    "ModelSize",
+    "build_model",
+    "build_tokenizer",
+    "reference_conversation",
+    "rollout_in_process",
+]
+
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-policy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSize:
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 4
+    intermediate_size: int = 384
+    max_position_embeddings: int = 1024
+
+
+def reference_conversation(task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The chat (OpenAI message dicts) of ``task`` solved by its reference, and its tool schemas."""
+    env = SandboxEnvironment()
+    obs = env.reset(task)
+    messages = list(obs.messages)
+    for i, call in enumerate(task.reference_solution or ()):
+        call_id = f"call_{i}"
+        result = env.step(Action(tool_calls=(ToolCall(name=call.name, arguments=call.arguments, id=call_id),)))
+        fn = {"name": call.name, "arguments": call.arguments}
+        messages.append(
+            {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": fn}]}
+        )
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result.observations[0].content})
+    messages.append({"role": "assistant", "content": task.metadata.get("answer") or "Done."})
+    return messages, obs.tools
+
+
+def _render(messages: list[dict], tools: list[dict], **kw: Any) -> str:
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=TINY_CHAT_TEMPLATE, **kw)
+    return rendered[0]
+
+
+def build_tokenizer(texts: list[str], *, vocab_size: int = 700):
+    """Train the byte-level BPE tokenizer on ``texts`` (entity names are removed first)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    names = sorted({*FIRST_NAMES, *CITIES, *EVENT_TITLES}, key=len, reverse=True)
+    names += [n.lower() for n in names]
+
+    def scrub(text: str) -> str:
+        for name in names:
+            text = text.replace(name, " ")
+        return text
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[PAD_TOKEN, "<|im_start|>", EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator((scrub(t) for t in texts), trainer=trainer)
+    tok.add_tokens([AddedToken("<tool_call>", special=False), AddedToken("</tool_call>", special=False)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN)
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def build_model(tokenizer, size: ModelSize = ModelSize(), *, seed: int = 0):
+    """A randomly initialised Qwen2 causal LM sized ``size`` for ``tokenizer``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads,
+        num_key_value_heads=size.num_key_value_heads,
+        max_position_embeddings=size.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def encode_example(tokenizer, messages: list[dict], tools: list[dict]) -> tuple[list[int], list[int]]:
+    """Token ids of the whole chat and labels that are -100 everywhere but assistant turns."""
+    text = _render(messages, tools)
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            start = len(_render(messages[:i], tools, add_generation_prompt=True))
+            end = len(_render(messages[: i + 1], tools)) - 1  # keep <|im_end|>, drop the "\n"
+            spans.append((start, end))
+    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+    labels = []
+    for tid, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
+        inside = any(s <= a and b <= e for s, e in spans) and b > a
+        labels.append(tid if inside else -100)
+    return enc["input_ids"], labels
+
+
+def build_tiny_tokenizer(n_texts: int = 3000, vocab_size: int = 700):
+    texts = [_render(*reference_conversation(t)) for t in generate_tasks("train", n_texts, start=100_000)]
+    return build_tokenizer(texts, vocab_size=vocab_size)
+
+
+def rollout_in_process(model, tokenizer, task: Task, *, temperature: float = 1.0, max_turns: int = 8) -> dict[str, Any]:
+    """Run ``task`` with ``model`` directly (no server): used to pick the warm-start checkpoint."""
+    import torch
+
+    env = SandboxEnvironment()
+    obs = env.reset(task)
+    messages, calls, parsed_ok = list(obs.messages), 0, 0
+    for _ in range(max_turns):
+        prompt = tokenizer.apply_chat_template(messages, tools=obs.tools, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+        with torch.no_grad():
+            out = model.generate(
+                ids,
+                max_new_tokens=96,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_k=0 if temperature > 0 else None,
+                top_p=1.0 if temperature > 0 else None,
+            )
+        text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False).replace(EOS_TOKEN, "")
+        parsed = parse_tool_calls(text)
+        if "<tool_call>" in text:
+            calls += 1
+            parsed_ok += parsed.parse_error is None
+        if not parsed.tool_calls:
+            env.step(Action(content=parsed.content))
+            break
+        tool_calls = tuple(
+            ToolCall(name=c["function"]["name"], arguments=json.loads(c["function"]["arguments"]), id=c["id"])
+            for c in parsed.tool_calls
+        )
+        result = env.step(Action(tool_calls=tool_calls, content=parsed.content))
+        messages.append({"role": "assistant", "content": parsed.content or "", "tool_calls": parsed.tool_calls})
+        for o in result.observations:
+            messages.append({"role": "tool", "tool_call_id": o.call_id, "content": o.content})
+    return {"score": env.evaluate(), "calls": calls, "parsed": parsed_ok, "level": task.metadata["level"]}
+
+
+def evaluate_in_process(model, tokenizer, tasks: list[Task], *, temperature: float) -> dict[str, float]:
+    results = [rollout_in_process(model, tokenizer, t, temperature=temperature) for t in tasks]
+    out: dict[str, float] = {}
+    for level in (1, 2, 3):
+        rs = [r for r in results if r["level"] == level]
+        if rs:
+            out[f"success_l{level}"] = sum(r["score"] == 1.0 for r in rs) / len(rs)
+            out[f"score_l{level}"] = sum(r["score"] for r in rs) / len(rs)
+    calls = sum(r["calls"] for r in results)
+    out["parse_rate"] = sum(r["parsed"] for r in results) / calls if calls else 0.0
+    out["success"] = sum(r["score"] == 1.0 for r in results) / len(results)
+    return out
+
+
+def _batches(examples: list[tuple[list[int], list[int]]], batch_size: int, pad_id: int, rng: random.Random):
+    """Endless right-padded batches of similar length (padding would otherwise double the cost)."""
+    import torch
+
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+    chunks = [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    while True:
+        batch = [examples[i] for i in rng.choice(chunks)]
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
+        labels = torch.full((batch_size, width), -100, dtype=torch.long)
+        mask = torch.zeros((batch_size, width), dtype=torch.long)
+        for row, (x, y) in enumerate(batch):
+            ids[row, : len(x)] = torch.tensor(x)
+            labels[row, : len(y)] = torch.tensor(y)
+            mask[row, : len(x)] = 1
+        yield ids, labels, mask
+
+
+def warm_start(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from tqdm import tqdm
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    tokenizer = build_tiny_tokenizer()
+    model = build_model(tokenizer, ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers))
+    n_params = sum(p.numel() for p in model.parameters())
+    # Level-3 chats are the longest; the easy levels are what RL starts from, so thin them out.
+    tasks = [
+        t
+        for i, t in enumerate(generate_tasks("train", args.examples))
+        if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0
+    ]
+    examples = [
+        encode_example(tokenizer, *reference_conversation(t)) for t in tqdm(tasks, desc="encoding", mininterval=2)
+    ]
+    lengths = sorted(len(x) for x, _ in examples)
+    print(
+        f"tokenizer {len(tokenizer)} tokens; model {n_params / 1e6:.2f}M params; "
+        f"{len(examples)} examples, length median {lengths[len(lengths) // 2]} max {lengths[-1]}"
+    )
+    eval_tasks = generate_tasks("test", args.eval_tasks)
+    rng = random.Random(0)
+    batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, rng)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    budget = args.minutes * 60
+    history, step, best = [], 0, None
+    next_eval = args.eval_every * 60
+    bar = tqdm(total=int(budget), desc="warm-start", unit="s", mininterval=5)
+    train_start = time.perf_counter()
+    while (elapsed := time.perf_counter() - train_start) < budget:
+        frac = elapsed / budget
+        lr = args.lr * min(1.0, (step + 1) / 200) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ids, labels, mask = next(batches)
+        model.train()
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        bar.update(int(time.perf_counter() - train_start) - bar.n)
+        bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
+        if elapsed >= next_eval or time.perf_counter() - train_start >= budget:
+            next_eval += args.eval_every * 60
+            model.eval()
+            figures = evaluate_in_process(model, tokenizer, eval_tasks, temperature=1.0)
+            figures.update(step=step, minutes=round(elapsed / 60, 1), loss=round(loss.item(), 4))
+            history.append(figures)
+            tqdm.write(json.dumps(figures))
+            with (out / "warm_start_history.jsonl").open("a") as f:
+                f.write(json.dumps(figures) + "\n")
+            easy = (figures.get("success_l1", 0) + figures.get("success_l2", 0)) / 2
+            if best is None or (easy <= args.max_easy_success and easy >= best[0]):
+                best = (easy, step)
+                model.save_pretrained(out, safe_serialization=True)
+                tokenizer.save_pretrained(out)
+    bar.close()
+    summary = {
+        "params": n_params,
+        "vocab": len(tokenizer),
+        "steps": step,
+        "batch_size": args.batch_size,
+        "wall_min": round((time.perf_counter() - t0) / 60, 1),
+        "chosen_step": best[1] if best else None,
+        "chosen": next((h for h in history if best and h["step"] == best[1]), None),
+        "command": f"python -m trainers.tiny --out {args.out} --minutes {args.minutes}",
+    }
+    (out / "warm_start_summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary))
+    return summary
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(DEFAULT_CHECKPOINT), help="output directory of the checkpoint")
+    p.add_argument("--minutes", type=float, default=60.0, help="training time budget")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--examples", type=int, default=30_000, help="training conversations to encode")
+    p.add_argument("--eval-tasks", type=int, default=90, help="held-out tasks per evaluation")
+    p.add_argument("--eval-every", type=float, default=5.0, help="minutes between evaluations")
+    p.add_argument("--max-easy-success", type=float, default=0.6, help="keep checkpoints at or below this")
+    p.add_argument("--l3-fraction", type=float, default=0.5, help="share of level-3 examples kept")
+    p.add_argument("--threads", type=int, default=2)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    warm_start(make_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
