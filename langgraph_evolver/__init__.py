@@ -1,0 +1,59 @@
+"""langgraph-evolver: make tool-using LangGraph agents improve themselves.
+
+The library holds the data types, the policy chat model, context templates, the rollout runner
+and tracing; it imports no torch, trl or fastapi (those live behind the ``train``/``serve``
+extras in ``trainers/`` and ``env_tools/server.py``).
+"""
+
+from .chat_model import PolicyChatModel, transition_from_message
+from .context import ContextTemplate, causal_template, get_context_template, register_context_template
+from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
+from .rollout import arun_rollouts, run_rollouts, trajectory_from_state
+from .tracing import JsonlTracer, build_run_tree, langsmith_callbacks, langsmith_enabled, read_runs, trace_metadata
+from .types import (
+    Action,
+    Observation,
+    Step,
+    StepResult,
+    Task,
+    ToolCall,
+    ToolObservation,
+    Trajectory,
+    Transition,
+    read_jsonl,
+    write_jsonl,
+)
+
+__all__ = [
+    "Action",
+    "ConfigError",
+    "ContextTemplate",
+    "EnvironmentFailure",
+    "EvolverError",
+    "JsonlTracer",
+    "Observation",
+    "PolicyChatModel",
+    "PolicyEndpointError",
+    "Step",
+    "StepResult",
+    "Task",
+    "ToolCall",
+    "ToolObservation",
+    "Trajectory",
+    "Transition",
+    "arun_rollouts",
+    "build_run_tree",
+    "causal_template",
+    "get_context_template",
+    "langsmith_callbacks",
+    "langsmith_enabled",
+    "read_jsonl",
+    "read_runs",
+    "register_context_template",
+    "run_rollouts",
+    "trace_metadata",
+    "trajectory_from_state",
+    "transition_from_message",
+    "write_jsonl",
+]
+__version__ = "0.1.0"

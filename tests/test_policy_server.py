@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,16 @@ import httpx
 import pytest
 import torch
 
-from trainers._generation import Completion, PolicyEngine, SamplingParams
+from trainers._generation import Completion, GenerationError, PolicyEngine, SamplingParams
 from trainers.chat_format import normalize_messages
 from trainers.policy_server import build_choice, create_app, serve_in_background
 from trainers.tiny import ModelSize, build_model, build_tiny_tokenizer
 
 torch.set_num_threads(1)
 
-SIZE = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=128)
+SIZE = ModelSize(
+    hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=128
+)
 TOOLS = [
     {
         "type": "function",
@@ -50,7 +53,11 @@ MESSAGES = [
         "role": "assistant",
         "content": "",
         "tool_calls": [
-            {"id": "call_0", "type": "function", "function": {"name": "search_contacts", "arguments": '{"query": "Pia"}'}}
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": "search_contacts", "arguments": '{"query": "Pia"}'},
+            }
         ],
     },
     {"role": "tool", "tool_call_id": "call_0", "content": '[{"id": "c7", "name": "Pia"}]'},
@@ -162,8 +169,15 @@ def assert_close(got: Sequence[float], want: Sequence[float], tol: float) -> Non
 # -- the response contract ---------------------------------------------------------------------
 def test_ids_text_logprobs_and_usage_are_consistent(http: httpx.Client, tokenizer) -> None:
     data = chat(
-        http, tools=TOOLS, tool_choice="none", n=2, seed=11, max_tokens=40,
-        logprobs=True, top_logprobs=3, return_token_ids=True,
+        http,
+        tools=TOOLS,
+        tool_choice="none",
+        n=2,
+        seed=11,
+        max_tokens=40,
+        logprobs=True,
+        top_logprobs=3,
+        return_token_ids=True,
     )
     assert data["object"] == "chat.completion" and data["id"].startswith("chatcmpl-")
     assert data["model"] == "tiny-base"
@@ -187,20 +201,22 @@ def test_ids_text_logprobs_and_usage_are_consistent(http: httpx.Client, tokenize
         assert len(entries) == len(ids)
         for tid, entry in zip(ids, entries, strict=True):
             assert math.isfinite(entry["logprob"]) and entry["logprob"] <= 0
-            assert entry["token"] == tokenizer.decode([tid])
+            assert entry["token"] == tokenizer.decode([tid], clean_up_tokenization_spaces=False)
             assert entry["bytes"] == list(entry["token"].encode())
             top = [t["logprob"] for t in entry["top_logprobs"]]
             assert len(top) == 3 and top == sorted(top, reverse=True)
             assert entry["logprob"] <= top[0] + 1e-6
         total += len(ids)
     assert data["usage"] == {
-        "prompt_tokens": len(prompt_ids), "completion_tokens": total, "total_tokens": len(prompt_ids) + total,
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": total,
+        "total_tokens": len(prompt_ids) + total,
     }
     assert data["choices"][0]["token_ids"] != data["choices"][1]["token_ids"]
 
 
 def test_ids_are_null_unless_requested(http: httpx.Client) -> None:
-    data = chat(http, max_tokens=3)
+    data = chat(http, max_tokens=3, logprobs=None, n=None, stream=None, top_logprobs=None)  # nulls = defaults
     assert data["prompt_token_ids"] is None
     assert data["choices"][0]["token_ids"] is None and data["choices"][0]["logprobs"] is None
     assert data["usage"]["completion_tokens"] <= 3
@@ -257,7 +273,9 @@ def _error(response: httpx.Response, status: int) -> str:
 
 
 def test_errors_use_the_vllm_shape_and_the_server_survives(http: httpx.Client) -> None:
-    post = lambda body: http.post("/v1/chat/completions", json=body)  # noqa: E731
+    def post(body: dict[str, Any]) -> httpx.Response:
+        return http.post("/v1/chat/completions", json=body)
+
     assert "nope" in _error(post({"model": "nope", "messages": MESSAGES}), 404)
     assert "logprobs" in _error(post({"messages": MESSAGES, "top_logprobs": 2}), 400)
     assert "temperature" in _error(post({"messages": MESSAGES, "temperature": -1}), 400)
@@ -265,7 +283,8 @@ def test_errors_use_the_vllm_shape_and_the_server_survives(http: httpx.Client) -
     assert "role" in _error(post({"messages": [{"role": "robot", "content": "hi"}]}), 400)
     assert "tool_choice" in _error(post({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}), 400)
     assert "stream" in _error(post({"messages": MESSAGES, "stream": True}), 400)
-    assert _error(http.post("/v1/chat/completions", content=b"{not json"), 400)
+    headers = {"content-type": "application/json"}
+    assert _error(http.post("/v1/chat/completions", content=b"{not json", headers=headers), 400)
     long_prompt = [{"role": "user", "content": "Pia 0 1 2 3 4 5 6 7 8 9 " * 150}]
     message = _error(post({"messages": long_prompt}), 400)
     assert "maximum context length is 1024" in message and "input tokens" in message
@@ -299,7 +318,7 @@ def test_build_choice_parses_hermes_tool_calls(tokenizer) -> None:
     assert call["function"]["name"] == "f" and json.loads(call["function"]["arguments"]) == {"x": 1}
     assert choice["token_ids"][-1] == tokenizer.eos_token_id
 
-    only_call = build_choice(0, _completion(tokenizer, text[len("Let me look."):]), tokenizer, parse_tools=True)
+    only_call = build_choice(0, _completion(tokenizer, text[len("Let me look.") :]), tokenizer, parse_tools=True)
     assert only_call["message"]["content"] is None and len(only_call["message"]["tool_calls"]) == 1
 
 
@@ -332,7 +351,8 @@ class _Scripted:
 @pytest.fixture(scope="module")
 def scripted(model_dir: Path) -> Iterator[tuple[str, _Scripted]]:
     app = create_app(model_dir, served_model_name="scripted")
-    script = _Scripted(app.state.engine, 'On it.<tool_call>{"name": "get_contact", "arguments": {"contact_id": "c7"}}</tool_call>')
+    text = 'On it.<tool_call>{"name": "get_contact", "arguments": {"contact_id": "c7"}}</tool_call>'
+    script = _Scripted(app.state.engine, text)
     app.state.engine._sample = script
     with serve_in_background(app) as base_url:
         yield base_url, script
@@ -354,8 +374,13 @@ def test_tool_calls_travel_through_http_openai_and_langchain(scripted: tuple[str
     assert len(choice.logprobs.content) == len(choice.token_ids)
 
     llm = ChatOpenAI(
-        base_url=base_url + "/v1", api_key="x", model="scripted", disable_streaming=True, use_responses_api=False,
-        extra_body={"return_token_ids": True}, logprobs=True,
+        base_url=base_url + "/v1",
+        api_key="x",
+        model="scripted",
+        disable_streaming=True,
+        use_responses_api=False,
+        extra_body={"return_token_ids": True},
+        logprobs=True,
     )
     message = llm.bind_tools(TOOLS).invoke(MESSAGES)
     assert message.tool_calls == [
@@ -392,7 +417,11 @@ def test_openai_and_langchain_clients(url: str) -> None:
     client = OpenAI(base_url=url + "/v1", api_key="x")
     assert "tiny-base" in [m.id for m in client.models.list()]
     response = client.chat.completions.create(
-        model="tiny-base", messages=MESSAGES, max_tokens=8, logprobs=True, top_logprobs=2,
+        model="tiny-base",
+        messages=MESSAGES,
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=2,
         extra_body={"return_token_ids": True},
     )
     choice = response.choices[0]
@@ -402,8 +431,14 @@ def test_openai_and_langchain_clients(url: str) -> None:
         client.chat.completions.create(model="missing", messages=MESSAGES)
 
     llm = ChatOpenAI(
-        base_url=url + "/v1", api_key="x", model="tiny-base", disable_streaming=True, use_responses_api=False,
-        extra_body={"return_token_ids": True}, logprobs=True, max_tokens=8,
+        base_url=url + "/v1",
+        api_key="x",
+        model="tiny-base",
+        disable_streaming=True,
+        use_responses_api=False,
+        extra_body={"return_token_ids": True},
+        logprobs=True,
+        max_tokens=8,
     )
     message = llm.invoke("What is Pia's phone number?")
     logprobs = message.response_metadata["logprobs"]["content"]
@@ -418,8 +453,13 @@ async def test_concurrent_requests_are_batched_and_answered_correctly(server, ht
 
     def body(i: int) -> dict[str, Any]:
         return {
-            "model": "tiny-base", "messages": [{"role": "user", "content": questions[i]}], "seed": 1000 + i,
-            "max_tokens": 8 + i % 5, "ignore_eos": i % 2 == 0, "logprobs": True, "return_token_ids": True,
+            "model": "tiny-base",
+            "messages": [{"role": "user", "content": questions[i]}],
+            "seed": 1000 + i,
+            "max_tokens": 8 + i % 5,
+            "ignore_eos": i % 2 == 0,
+            "logprobs": True,
+            "return_token_ids": True,
         }
 
     prefills_before, requests_before = stats.prefills, stats.requests
@@ -445,7 +485,8 @@ async def test_concurrent_requests_are_batched_and_answered_correctly(server, ht
 def test_engine_generate_matches_single_rows(model_dir: Path) -> None:
     engine = PolicyEngine(model_dir)
     tok = engine.tokenizer
-    prompts = [tok(f"<|im_start|>user\n{q}<|im_end|>\n", add_special_tokens=False).input_ids for q in ("a", "bb cc dd ee")]
+    texts = [f"<|im_start|>user\n{q}<|im_end|>\n" for q in ("a", "bb cc dd ee")]
+    prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
     params = [SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, top_logprobs=2)] * 2
     batched = engine.generate(prompts, params)
     for prompt, together in zip(prompts, batched, strict=True):
@@ -453,6 +494,33 @@ def test_engine_generate_matches_single_rows(model_dir: Path) -> None:
         assert single.token_ids == together.token_ids
         assert_close(single.logprobs, together.logprobs, 1e-4)
         assert together.top_logprobs is not None and len(together.top_logprobs[0]) == 2
+
+
+def test_cancelled_requests_stop_decoding(model_dir: Path) -> None:
+    from trainers._generation import BatchScheduler
+
+    engine = PolicyEngine(model_dir)
+    scheduler = BatchScheduler(engine, max_batch_size=4)
+    try:
+        prompt = engine.tokenizer("<|im_start|>user\nhi<|im_end|>\n", add_special_tokens=False).input_ids
+        queued = scheduler.submit(prompt, [SamplingParams(max_tokens=400, ignore_eos=True)])
+        queued.cancel()  # cancelled before it was admitted
+        running = scheduler.submit(prompt, [SamplingParams(max_tokens=400, ignore_eos=True)])
+        deadline = time.monotonic() + 30
+        while scheduler.stats.prefills < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert running.cancel()  # cancelled while decoding
+        short = scheduler.submit(prompt, [SamplingParams(max_tokens=5, ignore_eos=True)])
+        [completion] = short.result(timeout=60)
+        assert len(completion.token_ids) == 5
+        with pytest.raises(GenerationError, match="n=5"):
+            scheduler.submit(prompt, [SamplingParams()] * 5)
+        # control calls run once no batch is running: this waits until the worker is idle
+        steps = scheduler.call(lambda: scheduler.stats.decode_steps).result(timeout=60)
+        assert steps < 100, "the cancelled row kept decoding"
+        assert scheduler.alive
+    finally:
+        scheduler.close()
 
 
 # -- runtime LoRA --------------------------------------------------------------------------------
@@ -469,10 +537,22 @@ def _peft_reference(model_dir: Path, adapter: Path):
 
 async def test_runtime_lora_adapters(http: httpx.Client, url: str, model_dir: Path, adapter_dirs: dict[str, Path]):
     before = _greedy(http, "tiny-base")
-    load = lambda name, path: http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)})  # noqa: E731
-    for name, path in adapter_dirs.items():
-        r = load(name, path)
-        assert r.status_code == 200 and r.text == f"Success: LoRA adapter '{name}' added successfully."
+
+    def load(name: str, path: Path) -> httpx.Response:
+        return http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)})
+
+    r = load("v1", adapter_dirs["v1"])
+    assert r.status_code == 200 and r.text == "Success: LoRA adapter 'v1' added successfully."
+    # loading while base requests are in flight: the load waits for the batch, the requests are unaffected
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        base_body = {"model": "tiny-base", "messages": MESSAGES, "temperature": 0, "max_tokens": 12,
+                     "ignore_eos": True, "logprobs": True, "return_token_ids": True}  # fmt: skip
+        in_flight = [client.post("/v1/chat/completions", json=base_body) for _ in range(4)]
+        lora = {"lora_name": "v2", "lora_path": str(adapter_dirs["v2"])}
+        *answers, loaded = await asyncio.gather(*in_flight, client.post("/v1/load_lora_adapter", json=lora))
+    assert loaded.status_code == 200, loaded.text
+    for answer in answers:
+        assert answer.json()["choices"][0]["token_ids"] == before["choices"][0]["token_ids"]
     assert "already" in _error(load("v1", adapter_dirs["v1"]), 400)
     assert "No adapter found" in _error(load("v3", model_dir / "missing"), 404)
     cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
@@ -481,18 +561,16 @@ async def test_runtime_lora_adapters(http: httpx.Client, url: str, model_dir: Pa
 
     # base, v1 and v2 requests at once: grouped by model, each must match its own weights
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-        body = lambda m: {  # noqa: E731
-            "model": m, "messages": MESSAGES, "temperature": 0, "max_tokens": 12, "ignore_eos": True,
-            "logprobs": True, "return_token_ids": True,
-        }
         names = ["tiny-base", "v1", "v2"] * 4
-        responses = await asyncio.gather(*(client.post("/v1/chat/completions", json=body(m)) for m in names))
+        common = {"messages": MESSAGES, "temperature": 0, "max_tokens": 12, "ignore_eos": True, "logprobs": True}
+        bodies = [{"model": name, "return_token_ids": True, **common} for name in names]
+        responses = await asyncio.gather(*(client.post("/v1/chat/completions", json=b) for b in bodies))
     by_model: dict[str, list[dict]] = {}
     for name, response in zip(names, responses, strict=True):
         assert response.status_code == 200, response.text
         assert response.json()["model"] == name
         by_model.setdefault(name, []).append(response.json()["choices"][0])
-    for name, choices in by_model.items():
+    for choices in by_model.values():
         assert all(c["token_ids"] == choices[0]["token_ids"] for c in choices)
     assert by_model["tiny-base"][0]["token_ids"] == before["choices"][0]["token_ids"]
     assert_close(returned_logprobs(by_model["tiny-base"][0]), returned_logprobs(before["choices"][0]), 1e-5)
@@ -502,7 +580,8 @@ async def test_runtime_lora_adapters(http: httpx.Client, url: str, model_dir: Pa
         lora_model = _peft_reference(model_dir, adapter_dirs[name])
         want = reference_logprobs(lora_model, prompt_ids, choice["token_ids"], temperature=1.0)
         assert_close(returned_logprobs(choice), want, 1e-4)
-        base_lp = reference_logprobs(lora_model.get_base_model(), prompt_ids, choice["token_ids"], temperature=1.0)
+        with lora_model.disable_adapter():
+            base_lp = reference_logprobs(lora_model, prompt_ids, choice["token_ids"], temperature=1.0)
         assert max(abs(a - b) for a, b in zip(want, base_lp, strict=True)) > 1e-2, "the adapter changes nothing"
 
     r = http.post("/v1/unload_lora_adapter", json={"lora_name": "v1"})

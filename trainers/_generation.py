@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -157,6 +158,17 @@ class _Row:
         )
 
 
+@dataclass(slots=True)
+class _RunLog:
+    """What one run of the batch (from empty to empty) did, for its debug log line."""
+
+    start: float = 0.0
+    requests: int = 0
+    rows: int = 0
+    steps: int = 0
+    tokens: int = 0
+
+
 @dataclass(slots=True, eq=False)
 class _Batch:
     """Rows decoding together: their KV cache, its padding mask and each row's next input token."""
@@ -239,7 +251,9 @@ class PolicyEngine:
         hf_logging.set_verbosity_error()  # the load report lists other adapters' keys as "missing"
         self._active = None
         try:
-            self.model.load_adapter(str(adapter_dir), adapter_name=name)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*multiple adapters.*")
+                self.model.load_adapter(str(adapter_dir), adapter_name=name)
         except Exception as e:
             self._drop_partial_adapter(name)
             raise GenerationError(f"Could not load the LoRA adapter {name!r} from {path!r}: {e}") from e
@@ -258,7 +272,9 @@ class PolicyEngine:
         if name not in self.adapters:
             raise UnknownModelError(f"The lora adapter '{name}' cannot be found.")
         self._active = None
-        self.model.delete_adapter(name)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*was active which is now deleted.*")
+            self.model.delete_adapter(name)
         del self.adapters[name]
 
     def _activate(self, name: str) -> None:
@@ -360,30 +376,36 @@ class PolicyEngine:
     def _advance(self, batch: _Batch, logits: torch.Tensor) -> tuple[_Batch | None, list[_Row]]:
         rows = batch.rows
         tokens, chosen, top = self._sample(logits.float(), rows)
-        done: list[int] = []
         keep: list[int] = []
-        for i, r in enumerate(rows):
-            tid = int(tokens[i])
+        finished: list[_Row] = []
+        for i, (r, tid, logprob) in enumerate(zip(rows, tokens.tolist(), chosen.tolist(), strict=True)):
             r.token_ids.append(tid)
-            r.logprobs.append(float(chosen[i]))
+            r.logprobs.append(logprob)
             if top is not None and r.params.top_logprobs:
                 ids, vals = top
                 k = r.params.top_logprobs
                 r.top.append(tuple(zip(ids[i][:k], vals[i][:k], strict=True)))
             self._check_stop(r, tid)
-            (done if r.finish_reason else keep).append(i)
-        finished = [rows[i] for i in done]
-        if not keep:
-            return None, finished
-        if done:
-            index = torch.tensor(keep, dtype=torch.long)
-            batch.cache.batch_select_indices(index)
-            batch.mask = batch.mask[index]
-            tokens = tokens[index]
-            batch.rows = [rows[i] for i in keep]
-            self._trim(batch)
+            if r.finish_reason:
+                finished.append(r)
+            else:
+                keep.append(i)
         batch.next_tokens = tokens
-        return batch, finished
+        return self.select(batch, keep), finished
+
+    def select(self, batch: _Batch, keep: Sequence[int]) -> _Batch | None:
+        """Keep only the rows at ``keep`` (None when no row is left); frees their cache columns."""
+        if not keep:
+            return None
+        if len(keep) == len(batch.rows):
+            return batch
+        index = torch.tensor(keep, dtype=torch.long)
+        batch.cache.batch_select_indices(index)
+        batch.mask = batch.mask[index]
+        batch.next_tokens = batch.next_tokens[index]
+        batch.rows = [batch.rows[i] for i in keep]
+        self._trim(batch)
+        return batch
 
     def _trim(self, batch: _Batch) -> None:
         """Drop leading cache columns that are padding for every remaining row."""
@@ -534,7 +556,7 @@ class BatchScheduler:
     # -- worker -------------------------------------------------------------------------------
     def _run(self) -> None:
         batch: _Batch | None = None
-        run_start, run_requests, run_rows, run_steps, run_tokens = 0.0, 0, 0, 0, 0
+        run = _RunLog()
         while True:
             control, admitted = None, []
             with self._cv:
@@ -549,47 +571,61 @@ class BatchScheduler:
                     admitted = self._admissible(batch)
             if control is not None:
                 fn, future = control
-                try:
-                    future.set_result(fn())
-                except BaseException as e:  # reported to the caller
-                    future.set_exception(e)
+                if future.set_running_or_notify_cancel():  # False: the caller went away, skip it
+                    try:
+                        future.set_result(fn())
+                    except Exception as e:  # reported to the caller
+                        future.set_exception(e)
                 continue
+            if admitted:
+                if batch is None:
+                    run = _RunLog(start=time.perf_counter())
+                    self.stats.batches += 1
+                try:
+                    with torch.inference_mode():
+                        new, finished = self._prefill(admitted)
+                except Exception as e:  # only these requests fail; the running batch goes on
+                    self._log_failure(e)
+                    self._fail_all(None, e, admitted)
+                    continue
+                run.requests += len(admitted)
+                run.rows += sum(len(r.rows) for r in admitted)
             try:
                 with torch.inference_mode():
                     if admitted:
-                        if batch is None:
-                            run_start, run_requests, run_rows, run_steps, run_tokens = time.perf_counter(), 0, 0, 0, 0
-                            self.stats.batches += 1
-                        new, finished = self._prefill(admitted)
-                        run_requests += len(admitted)
-                        run_rows += sum(len(r.rows) for r in admitted)
                         batch = self.engine.join(batch, new)
-                    else:
-                        assert batch is not None
-                        batch, finished = self.engine.decode(batch)
+                    elif batch is not None:
+                        batch = self._drop_cancelled(batch)
+                        finished = []
+                        if batch is not None:
+                            batch, finished = self.engine.decode(batch)
                         self.stats.decode_steps += 1
-                        run_steps += 1
-                self.stats.max_running_rows = max(self.stats.max_running_rows, len(batch.rows) if batch else 0)
-                run_tokens += self._finish(finished)
+                        run.steps += 1
             except Exception as e:  # a failing batch must not kill the server
-                if isinstance(e, GenerationError):
-                    logger.warning("generation failed: %s", e)
-                else:
-                    logger.exception("generation failed; failing the requests of this batch")
-                self._fail_all(batch, e, admitted)
+                self._log_failure(e)
+                self._fail_all(batch, e)
                 batch = None
                 continue
+            self.stats.max_running_rows = max(self.stats.max_running_rows, len(batch.rows) if batch else 0)
+            run.tokens += self._finish(finished)
             if batch is None:
-                elapsed = time.perf_counter() - run_start
+                elapsed = time.perf_counter() - run.start
                 logger.debug(
                     "batch done: %d requests, %d rows, %d decode steps, %d completion tokens in %.3f s (%.0f tok/s)",
-                    run_requests,
-                    run_rows,
-                    run_steps,
-                    run_tokens,
+                    run.requests,
+                    run.rows,
+                    run.steps,
+                    run.tokens,
                     elapsed,
-                    run_tokens / max(elapsed, 1e-9),
+                    run.tokens / max(elapsed, 1e-9),
                 )
+
+    @staticmethod
+    def _log_failure(e: Exception) -> None:
+        if isinstance(e, GenerationError):
+            logger.warning("generation failed: %s", e)
+        else:
+            logger.exception("generation failed; failing the requests of this batch")
 
     def _admissible(self, batch: _Batch | None) -> list[_Request]:
         """Pop the queued requests that join ``batch`` now (FIFO; stops at another model's request)."""
@@ -600,6 +636,8 @@ class BatchScheduler:
         admitted = []
         while self._pending and self._pending[0].model == model and len(self._pending[0].params) <= room:
             request = self._pending.popleft()
+            if request.future.cancelled():  # the caller went away before it started
+                continue
             room -= len(request.params)
             admitted.append(request)
         return admitted
@@ -626,6 +664,11 @@ class BatchScheduler:
         )
         return self.engine.prefill(rows, model)
 
+    def _drop_cancelled(self, batch: _Batch) -> _Batch | None:
+        """Stop decoding rows whose caller went away (their future was cancelled)."""
+        keep = [i for i, r in enumerate(batch.rows) if r.request is None or not r.request.future.cancelled()]
+        return self.engine.select(batch, keep)
+
     def _finish(self, finished: list[_Row]) -> int:
         tokens = 0
         for row in finished:
@@ -633,7 +676,7 @@ class BatchScheduler:
             request = row.request
             assert request is not None
             request.remaining -= 1
-            if request.remaining == 0 and not request.future.done():
+            if request.remaining == 0 and request.future.set_running_or_notify_cancel():
                 request.future.set_result([r.completion() for r in request.rows])
         self.stats.completion_tokens += tokens
         return tokens
@@ -645,9 +688,9 @@ class BatchScheduler:
             requests.update({id(r): r for r in self._pending})
             self._pending.clear()
             for _, future in self._controls:
-                if not future.done():
+                if not future.done() and future.set_running_or_notify_cancel():
                     future.set_exception(error)
             self._controls.clear()
         for request in requests.values():
-            if not request.future.done():
+            if not request.future.done() and request.future.set_running_or_notify_cancel():
                 request.future.set_exception(error)

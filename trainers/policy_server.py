@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import socket
 import threading
@@ -45,7 +46,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ._generation import (
@@ -61,6 +62,29 @@ from .chat_format import normalize_messages, parse_tool_calls
 __all__ = ["build_choice", "create_app", "main", "make_parser", "serve_in_background"]
 
 logger = logging.getLogger("trainers.policy_server")
+
+
+class _InternalError(GenerationError):
+    """An unexpected failure while serving one request (HTTP 500); the server keeps running."""
+
+    status_code = 500
+
+
+def _guarded(endpoint):
+    """Turn unexpected exceptions of ``endpoint`` into a 500 error body (Starlette would re-raise them)."""
+
+    @functools.wraps(endpoint)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await endpoint(*args, **kwargs)
+        except GenerationError:
+            raise
+        except Exception as e:
+            logger.exception("request failed")
+            raise _InternalError(f"Internal error: {type(e).__name__}: {e}") from e
+
+    return wrapper
+
 
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailable"}
 
@@ -123,6 +147,12 @@ class ChatCompletionRequest(BaseModel):
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     stream: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        # Clients send explicit nulls for unset options ("logprobs": null, "n": null): use the defaults.
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class LoadAdapterRequest(BaseModel):
@@ -296,6 +326,7 @@ def create_app(
         return {"object": "list", "data": data}
 
     @app.post("/v1/load_lora_adapter")
+    @_guarded
     async def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
         name, path = body.lora_name, body.lora_path
         await asyncio.wrap_future(scheduler.call(lambda: engine.load_adapter(name, path, replace=body.load_inplace)))
@@ -303,6 +334,7 @@ def create_app(
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter")
+    @_guarded
     async def unload_lora_adapter(body: UnloadAdapterRequest) -> PlainTextResponse:
         name = body.lora_name
         await asyncio.wrap_future(scheduler.call(lambda: engine.unload_adapter(name)))
@@ -310,6 +342,7 @@ def create_app(
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
     @app.post("/v1/chat/completions")
+    @_guarded
     async def chat_completions(body: ChatCompletionRequest) -> JSONResponse:
         if body.stream:
             raise GenerationError("stream=true is not supported by this server; send stream=false.")
@@ -431,7 +464,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None, help="name clients send as `model` (default: dir name)")
     p.add_argument("--max-batch-size", type=int, default=32, help="rows decoded together at most (n counts)")
     p.add_argument("--max-new-tokens-cap", type=int, default=512, help="upper bound on max_tokens per request")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads; 1 suits tiny models and a machine shared with a trainer (more threads on "
+        "busy cores make every step wait for the slowest one), raise it for bigger models on idle cores",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the generator for requests without a seed")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -466,7 +505,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.host,
         args.port,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # One access-log line per request drowns the batch lines during rollouts: only in debug mode.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug")
 
 
 if __name__ == "__main__":

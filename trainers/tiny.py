@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,8 +241,14 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    tokenizer = build_tiny_tokenizer()
-    model = build_model(tokenizer, ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers))
+    if args.init_from:  # continue a warm start (fresh optimizer, same tokenizer)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.init_from)
+        model = AutoModelForCausalLM.from_pretrained(args.init_from)
+    else:
+        tokenizer = build_tiny_tokenizer()
+        model = build_model(tokenizer, ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers))
     n_params = sum(p.numel() for p in model.parameters())
     # Level-3 chats are the longest; the easy levels are what RL starts from, so thin them out.
     tasks = [
@@ -304,7 +311,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         "wall_min": round((time.perf_counter() - t0) / 60, 1),
         "chosen_step": best[1] if best else None,
         "chosen": next((h for h in history if best and h["step"] == best[1]), None),
-        "command": f"python -m trainers.tiny --out {args.out} --minutes {args.minutes}",
+        "command": "python -m trainers.tiny " + " ".join(sys.argv[1:]),
     }
     (out / "warm_start_summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary))
@@ -325,6 +332,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-easy-success", type=float, default=0.6, help="keep checkpoints at or below this")
     p.add_argument("--l3-fraction", type=float, default=0.5, help="share of level-3 examples kept")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--init-from", help="continue training this checkpoint instead of starting from scratch")
     return p
 
 

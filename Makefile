@@ -1,0 +1,49 @@
+# The quickstart is two commands on a fresh Linux machine with Python 3.11:
+#   make demo   # creates .venv, installs (torch==2.13.0 first), runs the agent on the sandbox
+#   make test   # installs what the tests need and runs the whole suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export LANGGRAPH_CLI_NO_ANALYTICS := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install demo test lint bench bench-quick tiny-policy clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[train,serve,dev]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/python -m trainers.evaluate --split test --k 4 --output-dir runs/demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: install
+	$(BIN)/python benchmarks/rollouts.py
+
+bench-quick: install
+	$(BIN)/python benchmarks/rollouts.py --quick
+
+# Regenerates the committed tiny policy (about an hour on 2 CPU cores).
+tiny-policy: install
+	$(BIN)/python -m trainers.tiny --out checkpoints/tiny-policy --minutes 60 --examples 24000 --eval-tasks 60 --eval-every 6
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,133 @@
+"""The real path: agent graph → PolicyChatModel → CPU policy server (tiny policy) → sandbox.
+
+Checks that each recorded transition holds exactly what the endpoint sampled: the prompt ids
+are the tokenization of the chat template over the conversation so far, the completion ids
+decode to the model's own output (never re-tokenized), one logprob per id. Also serves the
+graph with ``langgraph dev`` and runs it over the LangGraph API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from env_tools.sandbox import seed_tasks
+from graphs.agent import create_agent_graph
+from langgraph_evolver.chat_model import PolicyChatModel
+from langgraph_evolver.rollout import run_rollouts
+from langgraph_evolver.tracing import JsonlTracer, build_run_tree, read_runs
+from trainers.chat_format import EOS_TOKEN, parse_tool_calls
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_POLICY = ROOT / "checkpoints" / "tiny-policy"
+
+
+def conversation_before(traj, step_index: int) -> list[dict]:
+    """The OpenAI messages the agent sent for step ``step_index`` (rebuilt from the trajectory)."""
+    from env_tools.sandbox import SandboxEnvironment
+
+    obs = SandboxEnvironment().reset(traj.task)
+    messages = list(obs.messages)
+    for step in traj.steps[:step_index]:
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in step.action.tool_calls
+        ]
+        messages.append({"role": "assistant", "content": step.action.content or "", "tool_calls": calls})
+        messages += [{"role": "tool", "tool_call_id": o.call_id, "content": o.content} for o in step.observations]
+    return messages, obs.tools
+
+
+def test_transitions_hold_exact_token_ids_and_logprobs(tiny_policy_url, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_POLICY)
+    tasks = [t for t in seed_tasks("test") if t.metadata["level"] == 1][:6]
+    policy = PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96)
+    graph = create_agent_graph(policy, max_turns=4)
+    with JsonlTracer(tmp_path / "runs.jsonl") as tracer:
+        trajs = run_rollouts(graph, tasks, n=2, callbacks=[tracer])
+    assert len(trajs) == 12
+    checked = 0
+    for traj in trajs:
+        assert traj.reward is not None and traj.errors == (), traj.errors
+        for i, step in enumerate(traj.steps):
+            tr = step.transition
+            assert tr is not None and tr.model_version == "tiny-policy"
+            assert len(tr.logprobs) == len(tr.completion_ids) > 0
+            assert all(-9999.0 <= lp <= 0.0 for lp in tr.logprobs)
+            text = tokenizer.decode(list(tr.completion_ids), skip_special_tokens=False)
+            if tr.finish_reason != "length":
+                assert text.endswith(EOS_TOKEN) and tr.completion_ids[-1] == tokenizer.eos_token_id
+            parsed = parse_tool_calls(text.removesuffix(EOS_TOKEN))
+            assert [c["function"]["name"] for c in parsed.tool_calls] == [c.name for c in step.action.tool_calls]
+            if step.error is None:
+                messages, tools = conversation_before(traj, i)
+                prompt = tokenizer.apply_chat_template(
+                    messages, tools=tools, add_generation_prompt=True, tokenize=False
+                )
+                assert list(tr.prompt_ids) == tokenizer(prompt, add_special_tokens=False).input_ids
+                checked += 1
+    assert checked >= 12
+    # the tracer saw one tree per rollout, with the LLM calls inside
+    trees = build_run_tree(read_runs(tmp_path / "runs.jsonl"))
+    assert len(trees) == 12
+    assert {tree["extra"]["metadata"]["task_id"] for tree in trees} == {t.id for t in tasks}
+
+
+def test_tiny_policy_makes_well_formed_calls(tiny_policy_url):
+    tasks = [t for t in seed_tasks("test") if t.metadata["level"] <= 2][:20]
+    graph = create_agent_graph(PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96))
+    trajs = run_rollouts(graph, tasks, n=1, concurrency=20)
+    attempts = [s for t in trajs for s in t.steps if s.action.tool_calls or s.error]
+    ok = [s for s in attempts if s.action.tool_calls and s.error is None]
+    assert len(attempts) >= 20
+    assert len(ok) / len(attempts) >= 0.9
+    assert any(t.reward == 1.0 for t in trajs)
+
+
+@pytest.mark.slow
+def test_langgraph_dev_serves_the_agent(tiny_policy_url, tmp_path):
+    from trainers.serving import free_port
+
+    port = free_port()
+    env = {**os.environ, "EVOLVER_POLICY_BASE_URL": tiny_policy_url, "EVOLVER_POLICY_MODEL": "tiny-policy",
+           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false"}  # fmt: skip
+    cli = os.path.join(os.path.dirname(sys.executable), "langgraph")
+    log = (tmp_path / "dev.log").open("w")
+    proc = subprocess.Popen(
+        [cli, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "dev.log").read_text()[-3000:]
+            try:
+                if httpx.get(base + "/ok", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        task = seed_tasks("test")[0]
+        r = httpx.post(base + "/runs/wait", json={"assistant_id": "agent", "input": {"task_id": task.id}}, timeout=120)
+        assert r.status_code == 200, r.text
+        state = r.json()
+        assert state["task"]["id"] == task.id
+        assert isinstance(state["reward"], float)
+        assert state["steps"] and state["steps"][0]["transition"]["completion_ids"]
+        json.dumps(state)  # the state is plain JSON
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

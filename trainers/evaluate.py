@@ -1,0 +1,196 @@
+"""Evaluate a policy endpoint on the sandbox: avg@k / best@k per difficulty level, per task.
+
+Runs k rollouts of every task of a split through the agent graph (``graphs/agent.py``) against
+an OpenAI-compatible endpoint, scores them with the environment and prints a line per task and
+a table per level, then one JSON line of figures. Without ``--base-url`` it starts the local CPU
+policy server on the committed tiny policy and stops it afterwards.
+
+    python -m trainers.evaluate                              # tiny policy, test split, k=4
+    python -m trainers.evaluate --k 8 --limit 30
+    python -m trainers.evaluate --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
+    python -m trainers.evaluate --env-url http://127.0.0.1:8080  # environments over HTTP
+
+Outputs in ``--output-dir``: ``trajectories.jsonl``, ``runs.jsonl`` (the LangGraph run tree in
+LangSmith's run schema) and ``summary.json``. ``avg@k`` is the mean reward over all samples,
+``best@k`` the mean over tasks of the best of k, ``success`` the share of samples scoring 1.0,
+``well_formed_calls`` the share of tool-call attempts that parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from langgraph_evolver.types import Trajectory, write_jsonl
+
+from .tiny import DEFAULT_CHECKPOINT
+
+__all__ = ["evaluate_endpoint", "main", "make_parser", "summarize"]
+
+
+def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
+    """(well-formed tool-call turns, tool-call attempts) over ``trajectories``."""
+    attempts = ok = 0
+    for traj in trajectories:
+        for step in traj.steps:
+            if step.action.tool_calls or step.error:
+                attempts += 1
+                ok += bool(step.action.tool_calls) and step.error is None
+    return ok, attempts
+
+
+def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
+    """avg@k, best@k, success and call well-formedness, overall and per level."""
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        by_task[t.task.id].append(t)
+
+    def figures(groups: list[list[Trajectory]]) -> dict[str, float]:
+        samples = [t for g in groups for t in g]
+        rewards = [t.reward or 0.0 for t in samples]
+        ok, attempts = well_formed_counts(samples)
+        return {
+            f"avg@{k}": round(statistics.fmean(rewards), 4) if rewards else 0.0,
+            f"best@{k}": round(statistics.fmean(max(t.reward or 0.0 for t in g) for g in groups), 4) if groups else 0.0,
+            "success": round(sum(r == 1.0 for r in rewards) / len(rewards), 4) if rewards else 0.0,
+            "well_formed_calls": round(ok / attempts, 4) if attempts else 0.0,
+            "samples": len(samples),
+        }
+
+    out: dict[str, Any] = {"all": figures(list(by_task.values()))}
+    for level in sorted({t.task.metadata.get("level") for t in trajectories if t.task.metadata.get("level")}):
+        out[f"level{level}"] = figures([g for g in by_task.values() if g[0].task.metadata.get("level") == level])
+    out["errors"] = sum(bool(t.errors) for t in trajectories)
+    return out
+
+
+def print_report(trajectories: Sequence[Trajectory], summary: dict[str, Any], k: int, file: Any = sys.stdout) -> None:
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        by_task[t.task.id].append(t)
+    for task_id, group in by_task.items():
+        meta = group[0].task.metadata
+        rewards = " ".join(f"{t.reward or 0.0:.2f}" for t in group)
+        best = max(t.reward or 0.0 for t in group)
+        print(
+            f"{task_id:<22} L{meta.get('level', '?')} {meta.get('template', ''):<18} {rewards}  best {best:.2f}",
+            file=file,
+        )
+    print(f"\n{'level':<8}{'avg@' + str(k):>9}{'best@' + str(k):>9}{'success':>9}{'calls ok':>10}{'n':>6}", file=file)
+    for name, fig in summary.items():
+        if isinstance(fig, dict):
+            print(f"{name:<8}{fig[f'avg@{k}']:>9.3f}{fig[f'best@{k}']:>9.3f}{fig['success']:>9.3f}"
+                  f"{fig['well_formed_calls']:>10.3f}{fig['samples']:>6}", file=file)  # fmt: skip
+
+
+async def evaluate_endpoint(
+    tasks: Sequence[Any],
+    *,
+    base_url: str,
+    model: str,
+    k: int = 4,
+    temperature: float = 1.0,
+    max_tokens: int = 128,
+    max_turns: int = 10,
+    concurrency: int = 64,
+    env_url: str | None = None,
+    callbacks: list | None = None,
+    progress: bool = True,
+) -> list[Trajectory]:
+    """k rollouts of every task against the endpoint; returns the trajectories."""
+    from graphs.agent import create_agent_graph
+    from langgraph_evolver.chat_model import PolicyChatModel
+    from langgraph_evolver.rollout import arun_rollouts
+
+    policy = PolicyChatModel(base_url=base_url, model=model, temperature=temperature, max_tokens=max_tokens,
+                             timeout=300, max_retries=1)  # fmt: skip
+    graph = create_agent_graph(policy, max_turns=max_turns)
+    env_factory = None
+    if env_url:
+        from env_tools.client import remote_environment_factory
+
+        env_factory = remote_environment_factory(env_url)
+    return await arun_rollouts(graph, tasks, n=k, concurrency=concurrency, env_factory=env_factory,
+                               callbacks=callbacks, progress=progress)  # fmt: skip
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (…/v1); default: start the local server")
+    p.add_argument("--model", help="model name at the endpoint (default: the served tiny policy)")
+    p.add_argument("--model-path", default=str(DEFAULT_CHECKPOINT), help="model for the local server")
+    p.add_argument("--env", default="sandbox", help="environment registry id")
+    p.add_argument("--env-url", help="use the HTTP environment service at this URL instead of in-process")
+    p.add_argument("--split", default="test")
+    p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
+    p.add_argument("--k", type=int, default=4, help="samples per task")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--max-turns", type=int, default=10)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--output-dir", default="runs/evaluate")
+    p.add_argument("--quiet", action="store_true", help="no per-task lines")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from env_tools.base import load_environment
+    from langgraph_evolver.errors import EvolverError
+    from langgraph_evolver.tracing import JsonlTracer, langsmith_callbacks
+
+    from .serving import PolicyServerProcess, check_endpoint
+
+    args = make_parser().parse_args(argv)
+    out = Path(args.output_dir)
+    try:
+        tasks = load_environment(args.env).list_tasks(args.split)[: args.limit]
+        if not tasks:
+            raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}.")
+        server = None
+        if args.base_url:
+            base_url, model = args.base_url, args.model
+            served = check_endpoint(base_url, model)
+            model = model or served[0]
+        else:
+            server = PolicyServerProcess(args.model_path, log_path=out / "policy_server.log")
+            out.mkdir(parents=True, exist_ok=True)
+            print(f"starting the policy server on {args.model_path} …", file=sys.stderr)
+            server.start()
+            base_url, model = server.base_url, server.model_name
+    except EvolverError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        with JsonlTracer(out / "runs.jsonl", project="evaluate") as tracer:
+            trajectories = asyncio.run(
+                evaluate_endpoint(tasks, base_url=base_url, model=model, k=args.k, temperature=args.temperature,
+                                  max_tokens=args.max_tokens, max_turns=args.max_turns, concurrency=args.concurrency,
+                                  env_url=args.env_url, callbacks=[tracer, *langsmith_callbacks(project="evaluate")])
+            )  # fmt: skip
+    finally:
+        if server is not None:
+            server.stop()
+    wall = time.perf_counter() - started
+    write_jsonl(out / "trajectories.jsonl", trajectories)
+    summary = summarize(trajectories, args.k)
+    if not args.quiet:
+        print_report(trajectories, summary, args.k)
+    figures = {"model": model, "split": args.split, "tasks": len(tasks), "k": args.k, **summary,
+               "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(figures, indent=2))
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
