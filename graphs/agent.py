@@ -49,6 +49,10 @@ __all__ = ["AgentState", "create_agent_graph", "graph"]
 
 DEFAULT_MAX_TURNS = 10
 MALFORMED_MARKER = "<tool_call>"
+PARSE_ERROR_FEEDBACK = (
+    'Error: your tool call could not be parsed. Write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
+    "with valid JSON."
+)
 
 
 class AgentState(TypedDict, total=False):
@@ -109,6 +113,35 @@ def _text(ai: AIMessage) -> str:
     return ai.content if isinstance(ai.content, str) else ai.text
 
 
+async def _execute_calls(env: Any, ai: AIMessage, calls: list[ToolCall], turn: int, transition: Any) -> dict[str, Any]:
+    """Run the turn's tool calls in the environment; an environment failure ends the rollout."""
+    step_error = None
+    if ai.invalid_tool_calls:
+        step_error = "; ".join(f"{c.get('name')}: {c.get('error') or 'bad arguments'}" for c in ai.invalid_tool_calls)
+    action = Action(tool_calls=tuple(calls), content=_text(ai) or None)
+    errors: list[str] = []
+    try:
+        result = await env.astep(action)
+        observations, done = result.observations, result.done
+    except Exception as e:
+        msg = f"environment step failed: {type(e).__name__}: {e}"
+        observations = tuple(
+            ToolObservation(call_id=c.id, name=c.name, content=f"Error: {msg}", is_error=True) for c in calls
+        )
+        done, errors = True, [msg]
+    step = Step(
+        index=turn - 1, action=action, observations=tuple(observations), transition=transition, error=step_error
+    )
+    tool_messages = [
+        ToolMessage(o.content, tool_call_id=o.call_id, name=o.name, status="error" if o.is_error else "success")
+        for o in observations
+    ]
+    update: dict[str, Any] = {"messages": tool_messages, "steps": [step.to_dict()], "errors": errors}
+    if done:
+        update.update(done=True, finish_reason="error" if errors else "env_done")
+    return update
+
+
 def create_agent_graph(
     model: str | BaseChatModel,
     *,
@@ -167,42 +200,16 @@ def create_agent_graph(
     async def act(state: AgentState) -> dict[str, Any]:
         ai: AIMessage = state["messages"][-1]
         turn = state.get("turn", 0)
-        env = live_environment(state["env_handle"])
         calls = _calls_of(ai, turn)
-        step_error = None
-        if not calls:  # the model wrote a <tool_call> block that did not parse
-            step_error = "unparseable tool call"
-            feedback = (
-                "Error: your tool call could not be parsed. Write "
-                '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> with valid JSON.'
-            )
-            step = Step(index=turn - 1, action=Action(content=_text(ai)), transition=transition_from_message(ai),
-                        error=step_error)  # fmt: skip
-            return {"messages": [HumanMessage(feedback)], "steps": [step.to_dict()]}
-        if ai.invalid_tool_calls:
-            step_error = "; ".join(
-                f"{c.get('name')}: {c.get('error') or 'bad arguments'}" for c in ai.invalid_tool_calls
-            )
-        action = Action(tool_calls=tuple(calls), content=_text(ai) or None)
-        try:
-            result = await env.astep(action)
-            observations, done, errors = result.observations, result.done, []
-        except Exception as e:
-            msg = f"environment step failed: {type(e).__name__}: {e}"
-            observations = tuple(
-                ToolObservation(call_id=c.id, name=c.name, content=f"Error: {msg}", is_error=True) for c in calls
-            )
-            done, errors = True, [msg]
-        step = Step(index=turn - 1, action=action, observations=tuple(observations),
-                    transition=transition_from_message(ai), error=step_error)  # fmt: skip
-        tool_messages = [
-            ToolMessage(o.content, tool_call_id=o.call_id, name=o.name, status="error" if o.is_error else "success")
-            for o in observations
-        ]
-        update: dict[str, Any] = {"messages": tool_messages, "steps": [step.to_dict()], "errors": errors}
-        if done:
-            update.update(done=True, finish_reason="error" if errors else "env_done")
-        elif turn >= max_turns:
+        transition = transition_from_message(ai)
+        if calls:
+            update = await _execute_calls(live_environment(state["env_handle"]), ai, calls, turn, transition)
+        else:  # the model wrote a <tool_call> block that did not parse: tell it, as the next user turn
+            feedback = ToolObservation(call_id="", name="", content=PARSE_ERROR_FEEDBACK, is_error=True)
+            step = Step(index=turn - 1, action=Action(content=_text(ai)), observations=(feedback,),
+                        transition=transition, error="unparseable tool call")  # fmt: skip
+            update = {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)], "steps": [step.to_dict()]}
+        if not update.get("done") and turn >= max_turns:
             update.update(done=True, finish_reason="max_turns")
         return update
 

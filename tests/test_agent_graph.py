@@ -58,6 +58,7 @@ def test_malformed_calls_become_error_observations_and_the_rollout_goes_on():
     assert traj.reward == 1.0
     assert len(traj.steps) == 6
     assert traj.steps[0].error == "unparseable tool call"
+    assert "could not be parsed" in traj.steps[0].observations[0].content
     assert "not a JSON object" in traj.steps[1].observations[0].content
     assert traj.steps[1].error
     assert "unknown tool 'no_such_tool'" in traj.steps[2].observations[0].content
@@ -74,6 +75,13 @@ def test_max_turns_stops_a_looping_agent():
     assert traj.finish_reason == "max_turns"
     assert len(traj.steps) == 3
     assert traj.reward is not None and traj.reward < 1.0
+
+
+def test_max_turns_also_stops_unparseable_output():
+    graph = create_agent_graph(ScriptedChatModel([AIMessage("<tool_call>{oops")]), max_turns=2)
+    (traj,) = run_rollouts(graph, seed_tasks("train")[:1])
+    assert traj.finish_reason == "max_turns"
+    assert len(traj.steps) == 2 and all(s.error == "unparseable tool call" for s in traj.steps)
 
 
 def test_policy_failure_is_recorded_not_raised():

@@ -41,7 +41,10 @@ def conversation_before(traj, step_index: int) -> list[dict]:
             for c in step.action.tool_calls
         ]
         messages.append({"role": "assistant", "content": step.action.content or "", "tool_calls": calls})
-        messages += [{"role": "tool", "tool_call_id": o.call_id, "content": o.content} for o in step.observations]
+        if calls:
+            messages += [{"role": "tool", "tool_call_id": o.call_id, "content": o.content} for o in step.observations]
+        else:  # an unparseable tool call: the agent's feedback went back as a user turn
+            messages += [{"role": "user", "content": o.content} for o in step.observations]
     return messages, obs.tools
 
 
