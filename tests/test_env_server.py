@@ -8,19 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
@@ -32,6 +29,7 @@ from env_tools.client import (
     remote_environment_factory,
 )
 from env_tools.server import create_app, make_parser, parse_env_args
+from langgraph_evolver._serving import free_port, serve_in_background
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall
 
@@ -39,37 +37,9 @@ TOKEN = "test-token"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def service() -> Iterator[str]:
-    with serve(create_app("sandbox", token=TOKEN)) as url:
+    with serve_in_background(create_app("sandbox", token=TOKEN)) as url:
         yield url
 
 
@@ -299,7 +269,7 @@ def test_unknown_route_and_step_before_reset(http, service):
 # -- limits ----------------------------------------------------------------------------------------------
 def test_instance_limit_then_release(tasks):
     task = tasks["train"][0]
-    with serve(create_app("sandbox", max_instances=3)) as url:
+    with serve_in_background(create_app("sandbox", max_instances=3)) as url:
         envs = [RemoteEnvironment(url) for _ in range(3)]
         for env in envs:
             env.reset(task)
@@ -320,7 +290,7 @@ def test_instance_limit_then_release(tasks):
 
 def test_idle_instances_expire(tasks):
     task = tasks["train"][1]
-    with serve(create_app("sandbox", idle_timeout_s=0.4)) as url:
+    with serve_in_background(create_app("sandbox", idle_timeout_s=0.4)) as url:
         busy, idle = RemoteEnvironment(url), RemoteEnvironment(url)
         busy.reset(task)
         idle.reset(task)
@@ -359,7 +329,7 @@ class ExplodingEnvironment(Environment):
 
 def test_exceptions_inside_the_environment_become_errors(caplog):
     register_environment("test-exploding", ExplodingEnvironment)
-    with serve(create_app("test-exploding", max_instances=2)) as url:
+    with serve_in_background(create_app("test-exploding", max_instances=2)) as url:
         env = RemoteEnvironment(url)
         env.reset(Task(id="t", query="hello"))
         with pytest.raises(RemoteEnvironmentFailure, match="RuntimeError.*step exploded") as e:
@@ -437,7 +407,7 @@ class SlowEnvironment(Environment):
 
 def test_calls_to_one_instance_are_serialized_but_instances_run_in_parallel():
     register_environment("test-slow", SlowEnvironment)
-    with serve(create_app("test-slow")) as url:
+    with serve_in_background(create_app("test-slow")) as url:
         envs = [RemoteEnvironment(url), RemoteEnvironment(url)]
         for i, env in enumerate(envs):
             env.reset(Task(id=f"slow-{i}", query="wait"))
@@ -488,7 +458,7 @@ def test_retries_503_only_for_idempotent_calls():
         hits["step"] += 1
         return JSONResponse({"error": {"message": "busy", "type": "busy"}}, status_code=503)
 
-    with serve(app) as url:
+    with serve_in_background(app) as url:
         assert RemoteEnvironment(url, retries=2).health() == {"status": "ok"}
         assert hits["health"] == 3
         env = RemoteEnvironment(url, retries=2)

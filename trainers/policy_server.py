@@ -34,12 +34,10 @@ import argparse
 import asyncio
 import functools
 import logging
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +46,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from langgraph_evolver._serving import serve_in_background
 
 from ._generation import (
     LOGPROB_FLOOR,
@@ -421,38 +421,6 @@ def _prompt_ids(engine: PolicyEngine, body: ChatCompletionRequest) -> list[int]:
     except Exception as e:
         raise GenerationError(f"Could not apply the chat template to these messages: {type(e).__name__}: {e}") from e
     return list(tokenizer(prompt, add_special_tokens=False).input_ids)
-
-
-@contextmanager
-def serve_in_background(app: FastAPI, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a thread (port 0 = a free one); yields the base URL (no ``/v1``).
-
-    Example::
-
-        with serve_in_background(create_app("checkpoints/tiny-policy")) as url:
-            ChatOpenAI(base_url=url + "/v1", api_key="x", model="tiny-policy", disable_streaming=True)
-    """
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    bound_port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="policy-server-http", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RuntimeError(f"uvicorn did not start on {host}:{bound_port}")
-        time.sleep(0.01)
-    try:
-        yield f"http://{host}:{bound_port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 # -- command line --------------------------------------------------------------------------

@@ -9,7 +9,6 @@ serves the model asked for, and says what to do when it does not.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,15 +18,10 @@ from typing import Any
 
 import httpx
 
+from langgraph_evolver._serving import free_port
 from langgraph_evolver.errors import ConfigError, PolicyEndpointError
 
 __all__ = ["PolicyServerProcess", "check_endpoint", "free_port"]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def check_endpoint(
