@@ -28,19 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import logging
 import math
 import os
 import sys
 import threading
-import time
-import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Request
@@ -49,11 +44,23 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from env_tools._instances import InstanceTable, ServiceError, error_body
+from env_tools._middleware import BearerAuthMiddleware, BodyLimitMiddleware
 from env_tools.base import Environment, load_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Task
 
-__all__ = ["create_app", "main", "make_parser", "parse_env_args"]
+__all__ = [
+    "BearerAuthMiddleware",
+    "BodyLimitMiddleware",
+    "InstanceTable",
+    "ServiceError",
+    "create_app",
+    "error_body",
+    "main",
+    "make_parser",
+    "parse_env_args",
+]
 
 logger = logging.getLogger("env_tools.server")
 T = TypeVar("T")
@@ -148,257 +155,6 @@ class HealthResponse(BaseModel):
 
 class TasksResponse(BaseModel):
     tasks: list[dict[str, Any]]
-
-
-# -- errors and the instance table ----------------------------------------------------------
-class ServiceError(Exception):
-    """An error answer: HTTP status, message (what happened and how to fix it) and error type."""
-
-    def __init__(self, status_code: int, message: str, type: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status_code, self.message, self.type, self.headers = status_code, message, type, headers
-
-
-def error_body(message: str, type: str) -> dict[str, Any]:
-    """The one error shape every endpoint answers with."""
-    return {"error": {"message": message, "type": type}}
-
-
-@dataclass(eq=False)
-class _Instance:
-    env: Environment
-    task_id: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    """Serializes calls to this instance; held while the environment runs."""
-    last_used: float = field(default_factory=time.monotonic)
-    closed: bool = False
-
-
-class InstanceTable:
-    """Live instances by id, with a size limit and idle expiry. Thread-safe.
-
-    The table lock guards the dict and is never held while an environment runs; each instance's
-    own lock serializes the calls to that instance.
-    """
-
-    _REMEMBER_GONE = 10_000  # ids of released/expired instances kept for precise 404 messages
-
-    def __init__(self, *, max_instances: int, idle_timeout_s: float) -> None:
-        self.max_instances = max_instances
-        self.idle_timeout_s = idle_timeout_s
-        self._lock = threading.Lock()
-        self._live: dict[str, _Instance] = {}
-        self._pending = 0
-        self._gone: OrderedDict[str, str] = OrderedDict()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._live)
-
-    def _forget_locked(self, instance_id: str, reason: str) -> _Instance | None:
-        inst = self._live.pop(instance_id, None)
-        if inst is not None:
-            self._gone[instance_id] = reason
-            while len(self._gone) > self._REMEMBER_GONE:
-                self._gone.popitem(last=False)
-        return inst
-
-    def _pop_expired_locked(self, now: float) -> list[_Instance]:
-        idle = [
-            iid
-            for iid, inst in self._live.items()
-            if now - inst.last_used > self.idle_timeout_s and not inst.lock.locked()
-        ]
-        return [inst for iid in idle if (inst := self._forget_locked(iid, "expired")) is not None]
-
-    @staticmethod
-    def _close(inst: _Instance) -> None:
-        with inst.lock:  # waits for a call in flight on this instance
-            if inst.closed:
-                return
-            inst.closed = True
-            try:
-                inst.env.close()
-            except Exception:
-                logger.exception("closing an environment instance failed")
-
-    def _not_found(self, instance_id: str) -> ServiceError:
-        with self._lock:
-            reason = self._gone.get(instance_id)
-        create = "Create a new instance with POST /instances (RemoteEnvironment.reset(task))."
-        if reason == "expired":
-            message = (
-                f"Instance {instance_id!r} expired: it was idle for more than {self.idle_timeout_s:g} s and the "
-                f"service released it. {create} If rollouts pause longer, start the service with a larger "
-                "--idle-timeout."
-            )
-        elif reason == "released":
-            message = f"Instance {instance_id!r} was already released (DELETE). {create}"
-        else:
-            message = (
-                f"Unknown instance {instance_id!r}: it expired or never existed (a restarted service forgets "
-                f"its instances). {create}"
-            )
-        return ServiceError(404, message, "instance_not_found")
-
-    @contextmanager
-    def reservation(self) -> Iterator[None]:
-        """Hold one of the ``max_instances`` slots while an instance is being built."""
-        with self._lock:
-            expired = self._pop_expired_locked(time.monotonic())  # free idle slots first
-            live = len(self._live) + self._pending
-            if live < self.max_instances:
-                self._pending += 1
-        for inst in expired:
-            self._close(inst)
-        if live >= self.max_instances:
-            raise ServiceError(
-                429,
-                f"The service already holds {live} live instances, its limit (--max-instances "
-                f"{self.max_instances}). Release finished instances with DELETE /instances/{{id}} "
-                "(RemoteEnvironment.close()), run fewer rollouts at once, or restart the service with a larger "
-                "--max-instances.",
-                "too_many_instances",
-                headers={"Retry-After": "1"},
-            )
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._pending -= 1
-
-    def add(self, env: Environment, task_id: str) -> str:
-        instance_id = uuid.uuid4().hex
-        with self._lock:
-            self._live[instance_id] = _Instance(env=env, task_id=task_id)
-        return instance_id
-
-    @contextmanager
-    def use(self, instance_id: str) -> Iterator[_Instance]:
-        """Look up a live instance and hold its lock; 404 when it is unknown, released or expired."""
-        now = time.monotonic()
-        expired = None
-        with self._lock:
-            inst = self._live.get(instance_id)
-            if inst is not None and now - inst.last_used > self.idle_timeout_s and not inst.lock.locked():
-                expired, inst = self._forget_locked(instance_id, "expired"), None
-            elif inst is not None:
-                inst.last_used = now  # keeps the sweep away while this call waits for the lock
-        if expired is not None:
-            self._close(expired)
-        if inst is None:
-            raise self._not_found(instance_id)
-        with inst.lock:
-            if inst.closed:  # released while this call waited
-                raise self._not_found(instance_id)
-            try:
-                yield inst
-            finally:
-                inst.last_used = time.monotonic()
-
-    def release(self, instance_id: str) -> None:
-        with self._lock:
-            inst = self._forget_locked(instance_id, "released")
-        if inst is None:
-            raise self._not_found(instance_id)
-        self._close(inst)
-
-    def sweep(self) -> int:
-        """Close every instance idle longer than the timeout; returns how many."""
-        with self._lock:
-            expired = self._pop_expired_locked(time.monotonic())
-        for inst in expired:
-            self._close(inst)
-        return len(expired)
-
-    def close_all(self) -> None:
-        with self._lock:
-            every = [inst for iid in list(self._live) if (inst := self._forget_locked(iid, "released"))]
-        for inst in every:
-            self._close(inst)
-
-
-# -- ASGI middleware: bearer auth and the body size cap -------------------------------------------
-async def _send_error(send: Any, status: int, message: str, type: str, headers: Sequence[tuple[bytes, bytes]] = ()):
-    body = json.dumps(error_body(message, type)).encode()
-    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _drain(receive: Any, limit: int) -> None:
-    """Read and drop up to ``limit`` request bytes, so the client gets our answer, not a reset."""
-    seen = 0
-    while seen <= limit:
-        message = await receive()
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return
-        seen += len(message.get("body", b""))
-
-
-class BearerAuthMiddleware:
-    """Answer 401 unless ``Authorization: Bearer <token>`` matches (except on ``open_paths``)."""
-
-    def __init__(self, app: Any, *, token: str, open_paths: Sequence[str] = ()) -> None:
-        self.app, self._token, self._open = app, token.encode(), set(open_paths)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in self._open:
-            return await self.app(scope, receive, send)
-        header = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, value = header.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._token):
-            return await self.app(scope, receive, send)
-        how = (
-            "send 'Authorization: Bearer <token>' with the token the service was started with "
-            "(--token or EVOLVER_ENV_TOKEN); RemoteEnvironment(url, token=...) does this."
-        )
-        problem = "This service requires a bearer token" if not header else "The bearer token is wrong or malformed"
-        await _drain(receive, 1 << 20)
-        await _send_error(send, 401, f"{problem}: {how}", "unauthorized", [(b"www-authenticate", b"Bearer")])
-
-
-class BodyLimitMiddleware:
-    """Answer 413 to request bodies over ``max_bytes`` (declared or streamed)."""
-
-    def __init__(self, app: Any, *, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def _reject(self, receive: Any, send: Any, size: str) -> None:
-        await _drain(receive, 16 * self.max_bytes)
-        message = (
-            f"The request body is {size} bytes, over this service's limit of {self.max_bytes} bytes. Send a "
-            "smaller request, or start the service with a larger --max-request-bytes."
-        )
-        await _send_error(send, 413, message, "payload_too_large")
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._reject(receive, send, declared.decode())
-        chunks, total, more = [], 0, True
-        while more:  # buffer the body (chunked bodies have no declared length)
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > self.max_bytes:
-                return await self._reject(receive, send, f"more than {total}")
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
 
 
 # -- environment calls -------------------------------------------------------------------------
