@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -55,24 +56,89 @@ class ModelSize:
     num_attention_heads: int = 4
     num_key_value_heads: int = 4
     intermediate_size: int = 384
-    max_position_embeddings: int = 1024
+    max_position_embeddings: int = 2048
 
 
-def reference_conversation(task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The chat (OpenAI message dicts) of ``task`` solved by its reference, and its tool schemas."""
+def reference_conversation(
+    task: Task, *, rng: random.Random | None = None, mistake_rate: float = 0.0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The chat (OpenAI message dicts) of ``task`` solved by its reference, and its tool schemas.
+
+    With ``mistake_rate`` > 0, that share of chats gets one mistake before a reference call (an
+    unparseable call, a nonexistent id or a wrong argument name) followed by the environment's
+    error and the correct call: the model learns to recover. Mistakes carry ``"weight": 0`` and
+    are left out of the loss, so it never learns to make them.
+    """
     env = SandboxEnvironment()
     obs = env.reset(task)
     messages = list(obs.messages)
-    for i, call in enumerate(task.reference_solution or ()):
+    calls = task.reference_solution or ()
+    mistake_at = -1
+    if rng is not None and calls and rng.random() < mistake_rate:
+        mistake_at = rng.randrange(len(calls))
+    for i, call in enumerate(calls):
+        if i == mistake_at:
+            messages += _mistake(env, call, rng, f"call_{i}x")
         call_id = f"call_{i}"
         result = env.step(Action(tool_calls=(ToolCall(name=call.name, arguments=call.arguments, id=call_id),)))
-        fn = {"name": call.name, "arguments": call.arguments}
-        messages.append(
-            {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": fn}]}
-        )
+        messages.append(_assistant_call(call_id, call.name, call.arguments))
         messages.append({"role": "tool", "tool_call_id": call_id, "content": result.observations[0].content})
     messages.append({"role": "assistant", "content": task.metadata.get("answer") or "Done."})
     return messages, obs.tools
+
+
+def _assistant_call(call_id: str, name: str, arguments: Any, **extra: Any) -> dict[str, Any]:
+    fn = {"name": name, "arguments": arguments}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": call_id, "type": "function", "function": fn}],
+        **extra,
+    }
+
+
+_ID_VALUE = re.compile(r"^([A-Za-z]+)(\d+)$")
+
+
+def _mistake(env: SandboxEnvironment, call: ToolCall, rng: random.Random, call_id: str) -> list[dict[str, Any]]:
+    """A wrong turn before ``call`` and what the agent sees after it (mistake turn weighted 0)."""
+    from graphs.agent import PARSE_ERROR_FEEDBACK
+
+    args = dict(call.arguments)
+    id_keys = [k for k, v in args.items() if k.endswith("_id") and isinstance(v, str) and _ID_VALUE.match(v)]
+    kinds = ["malformed"] + (["bad_id"] if id_keys else []) + (["bad_key"] if args else [])
+    kind = rng.choice(kinds)
+    if kind == "malformed":
+        body = json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
+        cut = rng.choice(["brace", "quote", "key"])
+        if cut == "quote" and '"' in body[1:]:
+            quotes = [i for i, ch in enumerate(body) if ch == '"']
+            drop = rng.choice(quotes)
+            body = body[:drop] + body[drop + 1 :]
+        elif cut == "key":
+            body = body.replace('"arguments": ', "", 1)
+        else:
+            body = body[:-1]
+        text = f"<tool_call>{body}</tool_call>"
+        if parse_tool_calls(text).parse_error is None:  # the cut happened to keep valid JSON
+            text = f"<tool_call>{json.dumps({'name': call.name, 'arguments': args})[:-1]}</tool_call>"
+        return [
+            {"role": "assistant", "content": text, "weight": 0},
+            {"role": "user", "content": PARSE_ERROR_FEEDBACK},
+        ]
+    if kind == "bad_id":
+        key = rng.choice(id_keys)
+        prefix = _ID_VALUE.match(args[key]).group(1)
+        args[key] = f"{prefix}0{rng.randrange(10)}"  # generated ids are 10-99 and 100+: 00-09 never exist
+    else:
+        key = rng.choice(list(args))
+        args["id" if key != "id" else "name"] = args.pop(key)
+    result = env.step(Action(tool_calls=(ToolCall(name=call.name, arguments=args, id=call_id),)))
+    assert result.observations[0].is_error, "a mistake must not change the world"
+    return [
+        _assistant_call(call_id, call.name, args, weight=0),
+        {"role": "tool", "tool_call_id": call_id, "content": result.observations[0].content},
+    ]
 
 
 def _render(messages: list[dict], tools: list[dict], **kw: Any) -> str:
@@ -145,7 +211,7 @@ def encode_example(tokenizer, messages: list[dict], tools: list[dict]) -> tuple[
     text = _render(messages, tools)
     spans = []
     for i, m in enumerate(messages):
-        if m["role"] == "assistant":
+        if m["role"] == "assistant" and m.get("weight", 1):
             start = len(_render(messages[:i], tools, add_generation_prompt=True))
             end = len(_render(messages[: i + 1], tools)) - 1  # keep <|im_end|>, drop the "\n"
             spans.append((start, end))
@@ -162,16 +228,25 @@ def build_tiny_tokenizer(n_texts: int = 3000, vocab_size: int = 700):
     return build_tokenizer(texts, vocab_size=vocab_size)
 
 
-def rollout_in_process(model, tokenizer, task: Task, *, temperature: float = 1.0, max_turns: int = 8) -> dict[str, Any]:
-    """Run ``task`` with ``model`` directly (no server): used to pick the warm-start checkpoint."""
+def rollout_in_process(
+    model, tokenizer, task: Task, *, temperature: float = 1.0, max_turns: int = 10
+) -> dict[str, Any]:
+    """Run ``task`` with ``model`` directly (no server), by the agent graph's rules: an unparseable
+    call gets the same feedback turn and the episode goes on. Used to pick the warm-start checkpoint.
+    """
     import torch
+
+    from graphs.agent import PARSE_ERROR_FEEDBACK
 
     env = SandboxEnvironment()
     obs = env.reset(task)
-    messages, calls, parsed_ok = list(obs.messages), 0, 0
+    messages, attempts, well_formed = list(obs.messages), 0, 0
+    limit = model.config.max_position_embeddings - 96
     for _ in range(max_turns):
         prompt = tokenizer.apply_chat_template(messages, tools=obs.tools, add_generation_prompt=True, tokenize=False)
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+        if ids.shape[1] > limit:
+            break
         with torch.no_grad():
             out = model.generate(
                 ids,
@@ -183,21 +258,26 @@ def rollout_in_process(model, tokenizer, task: Task, *, temperature: float = 1.0
             )
         text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False).replace(EOS_TOKEN, "")
         parsed = parse_tool_calls(text)
-        if "<tool_call>" in text:
-            calls += 1
-            parsed_ok += parsed.parse_error is None
+        if parsed.parse_error is not None:
+            attempts += 1
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": PARSE_ERROR_FEEDBACK}]
+            continue
         if not parsed.tool_calls:
-            env.step(Action(content=parsed.content))
+            env.step(Action(content=text))
             break
-        tool_calls = tuple(
-            ToolCall(name=c["function"]["name"], arguments=json.loads(c["function"]["arguments"]), id=c["id"])
-            for c in parsed.tool_calls
-        )
-        result = env.step(Action(tool_calls=tool_calls, content=parsed.content))
+        attempts += 1
+        calls, ok = [], True
+        for c in parsed.tool_calls:
+            args = json.loads(c["function"]["arguments"])
+            if not isinstance(args, dict):  # the graph turns these into invalid tool calls
+                ok, args = False, c["function"]["arguments"]
+            calls.append(ToolCall(name=c["function"]["name"], arguments=args, id=c["id"]))
+        well_formed += ok
+        result = env.step(Action(tool_calls=tuple(calls), content=parsed.content))
         messages.append({"role": "assistant", "content": parsed.content or "", "tool_calls": parsed.tool_calls})
         for o in result.observations:
             messages.append({"role": "tool", "tool_call_id": o.call_id, "content": o.content})
-    return {"score": env.evaluate(), "calls": calls, "parsed": parsed_ok, "level": task.metadata["level"]}
+    return {"score": env.evaluate(), "calls": attempts, "parsed": well_formed, "level": task.metadata["level"]}
 
 
 def evaluate_in_process(model, tokenizer, tasks: list[Task], *, temperature: float) -> dict[str, float]:
@@ -246,6 +326,10 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
 
         tokenizer = AutoTokenizer.from_pretrained(args.init_from)
         model = AutoModelForCausalLM.from_pretrained(args.init_from)
+        # RoPE has no learned positions: a longer window only lets long (flailing) episodes finish
+        model.config.max_position_embeddings = max(
+            model.config.max_position_embeddings, ModelSize().max_position_embeddings
+        )
     else:
         tokenizer = build_tiny_tokenizer()
         model = build_model(tokenizer, ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers))
@@ -256,8 +340,10 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         for i, t in enumerate(generate_tasks("train", args.examples))
         if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0
     ]
+    mistakes = random.Random(1)
     examples = [
-        encode_example(tokenizer, *reference_conversation(t)) for t in tqdm(tasks, desc="encoding", mininterval=2)
+        encode_example(tokenizer, *reference_conversation(t, rng=mistakes, mistake_rate=args.mistake_rate))
+        for t in tqdm(tasks, desc="encoding", mininterval=2)
     ]
     lengths = sorted(len(x) for x, _ in examples)
     print(
@@ -297,9 +383,12 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
             tqdm.write(json.dumps(figures))
             with (out / "warm_start_history.jsonl").open("a") as f:
                 f.write(json.dumps(figures) + "\n")
+            # keep the checkpoint with well-formed calls (>= 90% counts as enough) and the most
+            # easy-level success that is still mid-range
             easy = (figures.get("success_l1", 0) + figures.get("success_l2", 0)) / 2
-            if best is None or (easy <= args.max_easy_success and easy >= best[0]):
-                best = (easy, step)
+            key = (min(figures["parse_rate"], 0.9), easy)
+            if easy <= args.max_easy_success and (best is None or key >= best[0]):
+                best = (key, step)
                 model.save_pretrained(out, safe_serialization=True)
                 tokenizer.save_pretrained(out)
     bar.close()
@@ -330,6 +419,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-tasks", type=int, default=90, help="held-out tasks per evaluation")
     p.add_argument("--eval-every", type=float, default=5.0, help="minutes between evaluations")
     p.add_argument("--max-easy-success", type=float, default=0.6, help="keep checkpoints at or below this")
+    p.add_argument("--mistake-rate", type=float, default=0.3, help="share of chats with a recovered mistake")
     p.add_argument("--l3-fraction", type=float, default=0.5, help="share of level-3 examples kept")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--init-from", help="continue training this checkpoint instead of starting from scratch")

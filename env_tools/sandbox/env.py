@@ -40,8 +40,8 @@ def _dumps(value: Any) -> str:
 
 def check_arguments(name: str, arguments: dict[str, Any] | str) -> str | None:
     """Why a call's arguments do not fit the tool's schema, or ``None`` when they do."""
-    if isinstance(arguments, str):
-        return f"arguments of {name} are not a JSON object: {arguments[:200]!r}"
+    if not isinstance(arguments, dict):
+        return f"arguments of {name} are not a JSON object: {str(arguments)[:200]!r}"
     params = TOOLS[name].params
     unknown = sorted(set(arguments) - set(params))
     if unknown:
