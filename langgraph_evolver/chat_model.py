@@ -15,14 +15,17 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import weakref
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
+from pydantic import PrivateAttr
 
 from .types import Transition
 
@@ -54,6 +57,8 @@ class PolicyChatModel(ChatOpenAI):
     ``use_responses_api=False``, ``temperature=1.0``, ``api_key="EMPTY"``.
     """
 
+    _loop_clients: Any = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
+
     def __init__(self, **kwargs: Any) -> None:
         extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
         kwargs.setdefault("logprobs", True)
@@ -62,6 +67,40 @@ class PolicyChatModel(ChatOpenAI):
         kwargs.setdefault("temperature", 1.0)
         kwargs.setdefault("api_key", "EMPTY")
         super().__init__(extra_body=extra_body, **kwargs)
+
+    def _use_client_of_running_loop(self) -> None:
+        """Point the async client at one bound to the running event loop.
+
+        ``langchain-openai`` shares one cached async HTTP client per URL, bound to the first
+        event loop that used it; a second ``asyncio.run`` (a trainer collecting rollouts every
+        step) would then fail with "Event loop is closed". Each loop gets its own client here.
+        """
+        if self.http_async_client is not None:  # the caller manages its own client
+            return
+        loop = asyncio.get_running_loop()
+        root = self._loop_clients.get(loop)
+        if root is None:
+            import openai
+
+            key = self.openai_api_key
+            params: dict[str, Any] = {
+                "api_key": key.get_secret_value() if hasattr(key, "get_secret_value") else key,
+                "organization": self.openai_organization,
+                "base_url": self.openai_api_base,
+                "timeout": self.request_timeout,
+                "default_headers": self.default_headers,
+                "default_query": self.default_query,
+            }
+            if self.max_retries is not None:
+                params["max_retries"] = self.max_retries
+            root = openai.AsyncOpenAI(**params)
+            self._loop_clients[loop] = root
+        self.root_async_client = root
+        self.async_client = root.chat.completions
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        self._use_client_of_running_loop()
+        return await super()._agenerate(*args, **kwargs)
 
     def _create_chat_result(self, response: Any, generation_info: dict | None = None) -> ChatResult:
         if isinstance(response, dict):

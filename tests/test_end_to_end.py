@@ -85,6 +85,16 @@ def test_transitions_hold_exact_token_ids_and_logprobs(tiny_policy_url, tmp_path
     assert {tree["extra"]["metadata"]["task_id"] for tree in trees} == {t.id for t in tasks}
 
 
+def test_one_policy_model_serves_successive_event_loops(tiny_policy_url):
+    """A trainer collects rollouts with asyncio.run every step: the second loop must work too."""
+    tasks = [t for t in seed_tasks("test") if t.metadata["level"] == 1][:2]
+    graph = create_agent_graph(PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96))
+    for _ in range(3):
+        trajs = run_rollouts(graph, tasks)
+        assert [t.errors for t in trajs] == [(), ()]
+        assert all(t.steps[0].transition is not None for t in trajs)
+
+
 def test_tiny_policy_makes_well_formed_calls(tiny_policy_url):
     tasks = [t for t in seed_tasks("test") if t.metadata["level"] <= 2][:20]
     graph = create_agent_graph(PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96))

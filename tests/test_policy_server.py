@@ -287,7 +287,7 @@ def test_errors_use_the_vllm_shape_and_the_server_survives(http: httpx.Client) -
     assert _error(http.post("/v1/chat/completions", content=b"{not json", headers=headers), 400)
     long_prompt = [{"role": "user", "content": "Pia 0 1 2 3 4 5 6 7 8 9 " * 150}]
     message = _error(post({"messages": long_prompt}), 400)
-    assert "maximum context length is 1024" in message and "input tokens" in message
+    assert f"maximum context length is {SIZE.max_position_embeddings}" in message and "input tokens" in message
     assert http.get("/health").status_code == 200
     assert chat(http, max_tokens=2)["choices"]
 
@@ -298,7 +298,7 @@ def test_models_and_health(http: httpx.Client, model_dir: Path) -> None:
     assert data["object"] == "list"
     base = data["data"][0]
     assert base["id"] == "tiny-base" and base["object"] == "model" and base["parent"] is None
-    assert base["root"] == str(model_dir.resolve()) and base["max_model_len"] == 1024
+    assert base["root"] == str(model_dir.resolve()) and base["max_model_len"] == SIZE.max_position_embeddings
     assert {"created", "owned_by"} <= set(base)
 
 
