@@ -24,6 +24,7 @@ from langgraph_evolver.chat_model import PolicyChatModel
 from langgraph_evolver.rollout import run_rollouts
 from langgraph_evolver.tracing import JsonlTracer, build_run_tree, read_runs
 from trainers.chat_format import EOS_TOKEN, parse_tool_calls
+from trainers.evaluate import well_formed_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_POLICY = ROOT / "checkpoints" / "tiny-policy"
@@ -99,10 +100,9 @@ def test_tiny_policy_makes_well_formed_calls(tiny_policy_url):
     tasks = [t for t in seed_tasks("test") if t.metadata["level"] <= 2][:20]
     graph = create_agent_graph(PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96))
     trajs = run_rollouts(graph, tasks, n=1, concurrency=20)
-    attempts = [s for t in trajs for s in t.steps if s.action.tool_calls or s.error]
-    ok = [s for s in attempts if s.action.tool_calls and s.error is None]
-    assert len(attempts) >= 20
-    assert len(ok) / len(attempts) >= 0.9
+    ok, attempts = well_formed_counts(trajs)
+    assert attempts >= 20
+    assert ok / attempts >= 0.9
     assert any(t.reward == 1.0 for t in trajs)
 
 

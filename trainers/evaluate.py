@@ -33,7 +33,7 @@ from langgraph_evolver.types import Trajectory, write_jsonl
 
 from .tiny import DEFAULT_CHECKPOINT
 
-__all__ = ["evaluate_endpoint", "main", "make_parser", "summarize"]
+__all__ = ["evaluate_endpoint", "group_by_task", "main", "make_parser", "summarize", "well_formed_counts"]
 
 
 def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
@@ -47,11 +47,17 @@ def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
     return ok, attempts
 
 
-def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
-    """avg@k, best@k, success and call well-formedness, overall and per level."""
+def group_by_task(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
+    """Trajectories per task id, in first-seen order."""
     by_task: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         by_task[t.task.id].append(t)
+    return by_task
+
+
+def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
+    """avg@k, best@k, success and call well-formedness, overall and per level."""
+    by_task = group_by_task(trajectories)
 
     def figures(groups: list[list[Trajectory]]) -> dict[str, float]:
         samples = [t for g in groups for t in g]
@@ -73,10 +79,7 @@ def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
 
 
 def print_report(trajectories: Sequence[Trajectory], summary: dict[str, Any], k: int, file: Any = sys.stdout) -> None:
-    by_task: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajectories:
-        by_task[t.task.id].append(t)
-    for task_id, group in by_task.items():
+    for task_id, group in group_by_task(trajectories).items():
         meta = group[0].task.metadata
         rewards = " ".join(f"{t.reward or 0.0:.2f}" for t in group)
         best = max(t.reward or 0.0 for t in group)

@@ -1,0 +1,44 @@
+"""avg@k / best@k / success / well-formed figures on hand-made trajectories."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from langgraph_evolver.types import Action, Step, Task, ToolCall, Trajectory
+from trainers.evaluate import print_report, summarize, well_formed_counts
+
+CALL = Action(tool_calls=(ToolCall(name="get_balance", arguments={}),))
+
+
+def traj(task_id: str, level: int, reward: float, steps: list[Step]) -> Trajectory:
+    task = Task(id=task_id, query="q", metadata={"level": level, "template": "t"})
+    return Trajectory(id=f"{task_id}/{reward}", task=task, steps=tuple(steps), reward=reward)
+
+
+def test_summary_figures_by_hand():
+    good, bad, answer = (
+        Step(index=0, action=CALL),
+        Step(index=0, action=Action(content="<tool_call>{"), error="x"),
+        Step(index=1, action=Action(content="42")),
+    )
+    trajs = [
+        traj("a", 1, 1.0, [good, answer]),
+        traj("a", 1, 0.0, [bad, answer]),
+        traj("b", 1, 0.5, [good, good, answer]),
+        traj("b", 1, 0.5, [good, answer]),
+        traj("c", 3, 0.25, [bad, bad, good]),
+        traj("c", 3, 0.0, [good]),
+    ]
+    assert well_formed_counts(trajs) == (6, 9)  # final answers are not call attempts
+    out = summarize(trajs, k=2)
+    assert out["level1"] == {"avg@2": 0.5, "best@2": 0.75, "success": 0.25, "well_formed_calls": 0.8, "samples": 4}
+    assert out["level3"]["avg@2"] == pytest.approx(0.125) and out["level3"]["best@2"] == 0.25
+    assert out["level3"]["well_formed_calls"] == pytest.approx(0.5)
+    assert out["all"]["best@2"] == pytest.approx((1.0 + 0.5 + 0.25) / 3, abs=1e-4)
+    assert out["all"]["success"] == pytest.approx(1 / 6, abs=1e-4)
+    assert out["errors"] == 0
+    text = io.StringIO()
+    print_report(trajs, out, 2, file=text)
+    assert "a " in text.getvalue() and "1.00 0.00  best 1.00" in text.getvalue()
