@@ -25,7 +25,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
-from pydantic import PrivateAttr
+from pydantic import PrivateAttr, SecretStr
 
 from .types import Transition
 
@@ -35,7 +35,8 @@ __all__ = ["PolicyChatModel", "transition_from_message"]
 def _split_bad_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     """Remove tool calls whose arguments decode to something other than an object; return them."""
     calls = message.get("tool_calls") or []
-    good, bad = [], []
+    good: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
     for call in calls:
         raw = (call.get("function") or {}).get("arguments") or "{}"
         try:
@@ -84,7 +85,7 @@ class PolicyChatModel(ChatOpenAI):
 
             key = self.openai_api_key
             params: dict[str, Any] = {
-                "api_key": key.get_secret_value() if hasattr(key, "get_secret_value") else key,
+                "api_key": key.get_secret_value() if isinstance(key, SecretStr) else key,
                 "organization": self.openai_organization,
                 "base_url": self.openai_api_base,
                 "timeout": self.request_timeout,

@@ -39,13 +39,14 @@ class ReferencePolicy(BaseChatModel):
         return self
 
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
-        query = next(m.content for m in messages if isinstance(m, HumanMessage))
+        query = next(m.text for m in messages if isinstance(m, HumanMessage))
         task: Task = self.tasks_by_query[query]
         turn = sum(isinstance(m, AIMessage) for m in messages)
         ref = task.reference_solution or ()
         if turn < len(ref):
             call = ref[turn]
-            return AIMessage("", tool_calls=[{"name": call.name, "args": dict(call.arguments), "id": f"call_{turn}"}])
+            args = call.arguments if isinstance(call.arguments, dict) else {}
+            return AIMessage("", tool_calls=[{"name": call.name, "args": dict(args), "id": f"call_{turn}"}])
         return AIMessage(task.metadata.get("answer") or "Done.")
 
     def _generate(

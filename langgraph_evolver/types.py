@@ -310,7 +310,7 @@ def write_jsonl(path: str | Path, items: Iterable[Any], *, append: bool = False)
     return n
 
 
-def read_jsonl(path: str | Path, cls: type | None = None) -> Iterator[Any]:
+def read_jsonl(path: str | Path, cls: Any = None) -> Iterator[Any]:
     """Read JSON lines, decoding each with ``cls.from_dict`` when ``cls`` is given."""
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
