@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import weakref
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -58,7 +57,7 @@ class PolicyChatModel(ChatOpenAI):
     ``use_responses_api=False``, ``temperature=1.0``, ``api_key="EMPTY"``.
     """
 
-    _loop_clients: Any = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
+    _loop_clients: dict[Any, Any] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **kwargs: Any) -> None:
         extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
@@ -79,6 +78,10 @@ class PolicyChatModel(ChatOpenAI):
         if self.http_async_client is not None:  # the caller manages its own client
             return
         loop = asyncio.get_running_loop()
+        # Pooled connections point back at their loop, so weak keys would never drop: forget the
+        # clients of closed loops explicitly (their sockets close when collected).
+        for old in [old for old in self._loop_clients if old.is_closed()]:
+            del self._loop_clients[old]
         root = self._loop_clients.get(loop)
         if root is None:
             import openai

@@ -8,6 +8,7 @@ graph with ``langgraph dev`` and runs it over the LangGraph API.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -89,11 +90,17 @@ def test_transitions_hold_exact_token_ids_and_logprobs(tiny_policy_url, tmp_path
 def test_one_policy_model_serves_successive_event_loops(tiny_policy_url):
     """A trainer collects rollouts with asyncio.run every step: the second loop must work too."""
     tasks = [t for t in seed_tasks("test") if t.metadata["level"] == 1][:2]
-    graph = create_agent_graph(PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96))
-    for _ in range(3):
+    model = PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96)
+    graph = create_agent_graph(model)
+    fds = []
+    for _ in range(4):
         trajs = run_rollouts(graph, tasks)
         assert [t.errors for t in trajs] == [(), ()]
         assert all(t.steps[0].transition is not None for t in trajs)
+        assert len(model._loop_clients) <= 1  # clients of finished loops are dropped
+        gc.collect()
+        fds.append(len(os.listdir("/proc/self/fd")))
+    assert fds[-1] <= fds[1] + 2, fds  # no sockets pile up run after run
 
 
 def test_tiny_policy_makes_well_formed_calls(tiny_policy_url):
