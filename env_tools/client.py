@@ -8,8 +8,10 @@ loop that opened them), so 64 concurrent rollouts reuse one connection pool.
 
 Failures raise ``RemoteEnvironmentFailure`` (an ``EnvironmentFailure``) carrying the server's
 message, the HTTP status and the error type. Calls are retried with a short backoff when the
-connection could not be made (the request never left, so any call is safe to repeat) and, for
-idempotent calls only (list, profile, evaluate, release), on dropped connections and 503.
+connection could not be made (the request never left, so any call is safe to repeat), on 429
+(the instance limit: the refused call changed nothing) after the server's ``Retry-After``
+(at most 5 s), and, for idempotent calls only (list, profile, evaluate, release), on dropped
+connections and 503.
 
 Example:
     >>> env = RemoteEnvironment("http://127.0.0.1:8080", token=None)
@@ -28,7 +30,6 @@ import os
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -52,8 +53,11 @@ START_HINT = (
     "Is the service running? Start it with `python -m env_tools.server --env sandbox --port 8080` "
     "and pass its URL (http://host:port) to RemoteEnvironment."
 )
-_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+# Idle connections expire before uvicorn's 5 s keep-alive closes them, so a request is never sent
+# on a socket the server is closing at that moment.
+_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=4.0)
 _BACKOFF_S = 0.1
+_RETRY_AFTER_CAP_S = 5.0
 
 
 class RemoteEnvironmentFailure(EnvironmentFailure):
@@ -73,9 +77,7 @@ class RemoteEnvironmentFailure(EnvironmentFailure):
 # -- shared connection pools ---------------------------------------------------------------------
 _clients_lock = threading.Lock()
 _sync_clients: dict[tuple[int, str], httpx.Client] = {}
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
-    weakref.WeakKeyDictionary()
-)
+_async_clients: dict[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = {}
 
 
 def _sync_client(base_url: str) -> httpx.Client:
@@ -90,6 +92,10 @@ def _sync_client(base_url: str) -> httpx.Client:
 def _async_client(base_url: str) -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
     with _clients_lock:
+        # Pooled connections point back at their loop, so weak keys would never drop: forget the pools
+        # of closed loops (one per finished asyncio.run) explicitly; their sockets close when collected.
+        for old in [old for old in _async_clients if old.is_closed()]:
+            del _async_clients[old]
         per_loop = _async_clients.setdefault(loop, {})
         client = per_loop.get(base_url)
         if client is None or client.is_closed:
@@ -157,6 +163,17 @@ class RemoteEnvironment(Environment):
     def _delay(attempt: int) -> float:
         return _BACKOFF_S * (2**attempt) * (1 + random.random() / 2)
 
+    def _retry_delay(self, response: httpx.Response, idempotent: bool, attempt: int) -> float | None:
+        """Seconds to wait before repeating a call that got ``response``, or ``None`` to not repeat it."""
+        if response.status_code == 429:  # the instance limit: nothing changed, any call may be repeated
+            try:
+                return min(_RETRY_AFTER_CAP_S, max(0.0, float(response.headers["Retry-After"])))  # NaN -> 0
+            except (KeyError, ValueError):  # absent, or an HTTP date
+                return self._delay(attempt)
+        if response.status_code == 503 and idempotent:
+            return self._delay(attempt)
+        return None
+
     def _unreachable(self, error: httpx.TransportError, method: str, path: str, attempts: int) -> EnvironmentFailure:
         if isinstance(error, httpx.TimeoutException) and not isinstance(error, httpx.ConnectTimeout):
             message = (
@@ -203,8 +220,9 @@ class RemoteEnvironment(Environment):
                     raise self._unreachable(e, method, path, attempt + 1) from e
                 time.sleep(self._delay(attempt))
                 continue
-            if response.status_code == 503 and idempotent and not last:
-                time.sleep(self._delay(attempt))
+            delay = None if last else self._retry_delay(response, idempotent, attempt)
+            if delay is not None:
+                time.sleep(delay)
                 continue
             return self._decode(response, method, path)
         raise AssertionError("unreachable")
@@ -220,8 +238,9 @@ class RemoteEnvironment(Environment):
                     raise self._unreachable(e, method, path, attempt + 1) from e
                 await asyncio.sleep(self._delay(attempt))
                 continue
-            if response.status_code == 503 and idempotent and not last:
-                await asyncio.sleep(self._delay(attempt))
+            delay = None if last else self._retry_delay(response, idempotent, attempt)
+            if delay is not None:
+                await asyncio.sleep(delay)
                 continue
             return self._decode(response, method, path)
         raise AssertionError("unreachable")

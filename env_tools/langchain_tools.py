@@ -39,8 +39,11 @@ with ``is_error=True`` whose text starts with ``Error:`` and says how to fix the
 Calls run one after another in the order given (they may depend on each other's effects).
 Tools are invoked with a LangChain tool call, so ``InjectedToolCallId`` arguments work; other
 injected arguments (LangGraph state or store) are not supplied: close over state instead.
-``astep`` awaits ``ainvoke`` for tools with a native async implementation and calls sync tools
-directly; ``step`` runs an async-only tool with ``asyncio.run`` outside an event loop.
+``astep`` awaits ``ainvoke`` for tools with a native async implementation and runs sync tools in
+a worker thread (``asyncio.to_thread``), so a tool doing blocking I/O does not stall concurrent
+rollouts. ``step`` runs an async-only tool outside an event loop on one ``asyncio.Runner`` per
+instance, so a tool may keep loop-bound resources (a client, a lock) across calls; ``close()``
+closes that loop. ``close()`` also calls ``state.close()`` when the state has one.
 
 Example:
     >>> from langchain_core.tools import tool
@@ -79,7 +82,7 @@ import json
 import logging
 import math
 import numbers
-import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -89,6 +92,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ValidationError
 from pydantic.v1 import ValidationError as ValidationErrorV1
 
+from env_tools._checks import answer_matches
 from env_tools.base import Environment, register_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
@@ -211,15 +215,11 @@ def _render_content(content: Any) -> str:
         return str(content)
 
 
-_NORMALIZE = re.compile(r"[\s$,]+")
-
-
-def _answer_matches(answer: str | None, expected: Any) -> bool:
-    if answer is None:
-        return False
-    text = _NORMALIZE.sub(" ", answer.lower()).strip()
-    want = _NORMALIZE.sub(" ", str(expected).lower()).strip()
-    return re.search(rf"(?<![\w-]){re.escape(want)}(?![\w-])", text) is not None
+def _close_state(state: Any) -> None:
+    """Release a factory's state object when it has a ``close()``."""
+    close = getattr(state, "close", None)
+    if callable(close):
+        close()
 
 
 class ToolsEnvironment(Environment):
@@ -275,6 +275,8 @@ class ToolsEnvironment(Environment):
         self._calls: list[ToolCall] = []
         self._final_answer: str | None = None
         self._done = False
+        self._runner: asyncio.Runner | None = None
+        """Runs async-only tools for the sync ``step``; created on first use, closed by ``close``."""
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -348,6 +350,8 @@ class ToolsEnvironment(Environment):
                 f"Task {task.id!r} has no metadata[{self._answer_key!r}] and the environment has no checker, "
                 "so it cannot be scored: pass checker=... or put the expected answer in the task's metadata."
             )
+        previous, self._state = self._state, None
+        _close_state(previous)  # the last episode's state, when reset without close
         self._state, self._tools, self._schemas = self._build_tools(task)
         self._task = task
         self._calls = []
@@ -433,7 +437,12 @@ class ToolsEnvironment(Environment):
                     "drive this environment with `await env.astep(action)`."
                 )
         try:
-            output = asyncio.run(tool.ainvoke(lc_call)) if _is_async_only(tool) else tool.invoke(lc_call)
+            if _is_async_only(tool):
+                if self._runner is None:  # a loop_factory: never install it as this thread's current loop
+                    self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+                output = self._runner.run(tool.ainvoke(lc_call))
+            else:
+                output = tool.invoke(lc_call)
         except Exception as e:  # a bad call or a bug in a tool must not kill the rollout
             return self._failure(call_id, tool, e)
         return self._result(call_id, tool.name, output)
@@ -445,7 +454,10 @@ class ToolsEnvironment(Environment):
             return prepared
         tool, lc_call = prepared
         try:
-            output = await tool.ainvoke(lc_call) if _has_native_async(tool) else tool.invoke(lc_call)
+            if _has_native_async(tool):
+                output = await tool.ainvoke(lc_call)
+            else:  # off the loop: a blocking tool must not stall the other rollouts
+                output = await asyncio.to_thread(tool.invoke, lc_call)
         except Exception as e:  # a bad call or a bug in a tool must not kill the rollout
             return self._failure(call_id, tool, e)
         return self._result(call_id, tool.name, output)
@@ -469,7 +481,7 @@ class ToolsEnvironment(Environment):
     def evaluate(self) -> float:
         task = self._require_reset()
         if self._checker is None:
-            return 1.0 if _answer_matches(self._final_answer, task.metadata[self._answer_key]) else 0.0
+            return 1.0 if answer_matches(self._final_answer, str(task.metadata[self._answer_key])) else 0.0
         name = getattr(self._checker, "__name__", type(self._checker).__name__)
         try:
             score = self._checker(task, self._state, self._final_answer, list(self._calls))
@@ -488,9 +500,21 @@ class ToolsEnvironment(Environment):
         return min(1.0, max(0.0, score))
 
     def close(self) -> None:
-        self._state = None
+        """End the episode (``step`` / ``evaluate`` then need a ``reset``) and release its state.
+
+        Calls ``state.close()`` when the factory's state has one, and closes the event loop that
+        ran async-only tools for ``step``. Idempotent.
+        """
+        state, self._state = self._state, None
+        self._task, self._done = None, False
         self._tools = {}
         self._schemas = {}
+        runner, self._runner = self._runner, None
+        try:
+            _close_state(state)
+        finally:
+            if runner is not None:
+                _close_runner(runner)
 
     def list_tasks(self, split: str = "train") -> list[Task]:
         return list(self._tasks.get(split, ()))
@@ -516,6 +540,19 @@ class ToolsEnvironment(Environment):
             for name, schema in schemas.items()
         }
         return {**self._declared_profile, "operations": operations}
+
+
+def _close_runner(runner: asyncio.Runner) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        runner.close()
+        return
+    # Called from async code (``aclose``): the runner's loop cannot run inside this one, so shut it
+    # down from a helper thread.
+    closer = threading.Thread(target=runner.close, name="close-tools-loop")
+    closer.start()
+    closer.join()
 
 
 def _factory_for(tools: ToolsFactory | Sequence[ToolLike]) -> ToolsFactory:

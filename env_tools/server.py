@@ -16,7 +16,7 @@ Endpoints (JSON; every error is ``{"error": {"message", "type"}}``):
 - ``POST /instances/{id}/step`` ``{"action": {...}}``, ``POST /instances/{id}/evaluate``
 - ``DELETE /instances/{id}``
 
-Limits: at most ``max_instances`` live instances (429 beyond), instances idle longer than
+Limits: at most ``max_instances`` live instances (429 with ``Retry-After`` beyond), instances idle longer than
 ``idle_timeout_s`` are closed by a background sweep (their id then answers 404 "expired"),
 request bodies over ``max_request_bytes`` are refused (413). An exception inside the
 environment becomes a JSON error (400 for ``EnvironmentFailure``, else 500); the service keeps
@@ -196,6 +196,10 @@ class _Catalog:
         with self._lock:
             return _guarded("profile()", self._env.profile)
 
+    def close(self) -> None:
+        with self._lock:
+            self._env.close()
+
 
 # -- error handlers ------------------------------------------------------------------------
 def _describe_validation(exc: RequestValidationError) -> tuple[int, str, str]:
@@ -298,6 +302,7 @@ def create_app(
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await asyncio.to_thread(table.close_all)
+            await asyncio.to_thread(catalog.close)
 
     app = FastAPI(
         title=f"langgraph-evolver environment service ({env_name})",
@@ -311,7 +316,7 @@ def create_app(
         app.add_middleware(BearerAuthMiddleware, token=token, open_paths=("/health",))
 
     @app.get("/health", response_model=HealthResponse)
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:  # on the loop: it must answer while the threadpool is busy
         return {"status": "ok", "env": env_name, "instances": len(table), "max_instances": max_instances}
 
     @app.get("/tasks", response_model=TasksResponse)

@@ -6,12 +6,14 @@ Every test talks to a real uvicorn server on 127.0.0.1 (a free port, in a backgr
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+import env_tools.client
 from env_tools.base import Environment, load_environment, register_environment
 from env_tools.client import (
     RemoteEnvironment,
@@ -276,7 +279,7 @@ def test_instance_limit_then_release(tasks):
         r = httpx.post(f"{url}/instances", json={"task_id": task.id})
         assert_error(r, 429, "3 live instances", "--max-instances 3", "DELETE /instances")
         with pytest.raises(RemoteEnvironmentFailure, match="max-instances") as e:
-            RemoteEnvironment(url).reset(task)
+            RemoteEnvironment(url, retries=0).reset(task)
         assert e.value.status_code == 429
         envs[0].close()
         extra = RemoteEnvironment(url)
@@ -285,6 +288,34 @@ def test_instance_limit_then_release(tasks):
         assert httpx.get(f"{url}/health").json()["instances"] == 3
         for env in (*envs, extra):
             env.close()
+        assert httpx.get(f"{url}/health").json()["instances"] == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_create_refused_by_the_instance_limit_is_retried(tasks, monkeypatch, mode):
+    monkeypatch.setattr(env_tools.client, "_RETRY_AFTER_CAP_S", 0.1)  # the service asks for 1 s
+    task = tasks["train"][0]
+    with serve_in_background(create_app("sandbox", max_instances=1)) as url:
+        first, second = RemoteEnvironment(url), RemoteEnvironment(url, retries=40)
+        first.reset(task)
+
+        async def areset() -> None:
+            try:
+                await second.areset(task)
+            finally:
+                await aclose_shared_clients()
+
+        release = threading.Timer(0.3, first.close)  # the only slot frees up while `second` waits
+        release.start()
+        try:
+            if mode == "sync":  # 429 until then, retried after Retry-After
+                second.reset(task)
+            else:
+                asyncio.run(areset())
+        finally:
+            release.join()
+        assert second.instance_id is not None and first.instance_id is None
+        second.close()
         assert httpx.get(f"{url}/health").json()["instances"] == 0
 
 
@@ -307,6 +338,37 @@ def test_idle_instances_expire(tasks):
         idle.close()  # releasing an expired instance is quiet
         assert 0.0 <= busy.evaluate() <= 1.0
         busy.close()
+
+
+class CountingEnvironment(Environment):
+    """Counts how many instances were created and how many closed."""
+
+    counts = {"created": 0, "closed": 0}
+
+    def __init__(self) -> None:
+        self.counts["created"] += 1
+
+    def reset(self, task: Task) -> Observation:
+        return Observation(messages=[{"role": "user", "content": task.query}], tools=[])
+
+    def step(self, action: Action) -> StepResult:
+        return StepResult(done=True)
+
+    def evaluate(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        self.counts["closed"] += 1
+
+
+def test_shutdown_closes_every_environment_the_service_built():
+    register_environment("test-counting", CountingEnvironment)
+    CountingEnvironment.counts.update(created=0, closed=0)
+    with serve_in_background(create_app("test-counting")) as url:
+        env = RemoteEnvironment(url)
+        env.reset(Task(id="t", query="q"))  # left open: the shutdown releases it
+        assert httpx.get(f"{url}/tasks").json() == {"tasks": []}  # answered by the catalog instance
+    assert CountingEnvironment.counts == {"created": 2, "closed": 2}
 
 
 # -- a broken environment never takes the service down -------------------------------------------
@@ -378,6 +440,36 @@ async def test_64_concurrent_async_rollouts_keep_their_worlds_apart(service, htt
     for name, names, _ in results:
         assert names == [name]
     assert live_instances(http) == before
+
+
+def test_successive_event_loops_do_not_leak_connection_pools(service, tasks):
+    """A trainer calls asyncio.run once per step; each finished loop's pool must be let go."""
+    task = tasks["train"][0]
+    make_env = remote_environment_factory(service, token=TOKEN)
+
+    async def rollouts(n: int = 8) -> None:  # concurrent, so each loop opens n connections
+        async def rollout() -> None:
+            async with make_env(task) as env:
+                await env.areset(task)
+                await env.astep(Action(tool_calls=(call("get_balance"),)))
+
+        await asyncio.gather(*(rollout() for _ in range(n)))
+
+    def open_fds() -> int:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # sockets of dropped pools close when collected
+            gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    asyncio.run(rollouts())
+    baseline = open_fds()
+    for _ in range(5):
+        asyncio.run(rollouts())
+    assert len(env_tools.client._async_clients) <= 2
+    deadline = time.monotonic() + 5  # the server closes its ends of dropped connections as it notices
+    while open_fds() > baseline + 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_fds() <= baseline + 8  # without the fix: +8 client sockets per finished loop
 
 
 class SlowEnvironment(Environment):

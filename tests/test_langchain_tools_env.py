@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +400,105 @@ def test_sync_step_runs_async_only_tools():
     env = make_tools_environment([double], checker=lambda *_: 1.0)
     env.reset(Task(id="t", query="q"))
     assert env.step(call("double", {"x": 21})).observations[0].content == "42"
+
+
+async def test_sync_tools_do_not_block_concurrent_asteps():
+    def factory(task):
+        @tool
+        def slow_lookup() -> str:
+            """Blocking I/O."""
+            time.sleep(0.2)
+            return "found"
+
+        return None, [slow_lookup]
+
+    envs = [ToolsEnvironment(factory, checker=lambda *_: 1.0) for _ in range(8)]
+    for env in envs:
+        await env.areset(Task(id="t", query="q"))
+    start = time.perf_counter()
+    results = await asyncio.gather(*(env.astep(call("slow_lookup")) for env in envs))
+    elapsed = time.perf_counter() - start
+    assert [r.observations[0].content for r in results] == ["found"] * 8
+    assert elapsed < 1.0  # on the event loop they would run one after another: 8 x 0.2 s
+
+
+def test_sync_step_keeps_one_event_loop_for_async_tools():
+    def factory(task):
+        cache: dict[str, asyncio.Event] = {}
+
+        async def wait_for_signal() -> str:
+            """Wait on an event created on first use (it binds to the loop that first waits on it)."""
+            event = cache.setdefault("event", asyncio.Event())
+            event.clear()
+            asyncio.get_running_loop().call_soon(event.set)
+            await event.wait()
+            return "signalled"
+
+        return None, [wait_for_signal]
+
+    env = make_tools_environment(factory, checker=lambda *_: 1.0)
+    for _ in range(2):  # a second episode after close() gets a fresh loop and fresh state
+        env.reset(Task(id="t", query="q"))
+        for _ in range(3):
+            (obs,) = env.step(call("wait_for_signal")).observations
+            assert not obs.is_error and obs.content == "signalled", obs.content
+        env.close()
+
+
+def test_close_ends_the_episode_and_closes_the_state():
+    class Connection:
+        closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    connection = Connection()
+    env = ToolsEnvironment(lambda task: (connection, [_add]), checker=lambda *_: 1.0)
+    env.reset(Task(id="t", query="q"))
+    env.step(call("_add", {"a": 1, "b": 2}))
+    env.close()
+    assert connection.closed == 1 and env.state is None and env.task is None and not env.done
+    with pytest.raises(EnvironmentFailure, match="not reset"):
+        env.step(call("_add", {"a": 1, "b": 2}))
+    with pytest.raises(EnvironmentFailure, match="not reset"):
+        env.evaluate()
+    env.close()  # idempotent
+    assert connection.closed == 1
+
+
+def test_reset_releases_the_previous_episodes_state():
+    class Connection:
+        def __init__(self) -> None:
+            self.closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    made: list[Connection] = []
+
+    def factory(task):
+        made.append(Connection())
+        return made[-1], [_add]
+
+    env = ToolsEnvironment(factory, checker=lambda *_: 1.0)
+    env.reset(Task(id="t1", query="q"))
+    env.reset(Task(id="t2", query="q"))  # no close() in between
+    assert [c.closed for c in made] == [1, 0]
+    env.close()
+    assert [c.closed for c in made] == [1, 1]
+
+
+async def test_aclose_after_sync_steps_with_async_tools():
+    async def double(x: int) -> int:
+        """Double asynchronously."""
+        return 2 * x
+
+    env = make_tools_environment([double], checker=lambda *_: 1.0)
+    env.reset(Task(id="t", query="q"))
+    await asyncio.to_thread(env.step, call("double", {"x": 2}))  # sync step, off this loop
+    await env.aclose()  # closes the step loop although a loop runs here
+    with pytest.raises(EnvironmentFailure, match="not reset"):
+        await env.astep(call("double", {"x": 2}))
 
 
 def test_registry_round_trip():

@@ -16,9 +16,9 @@ Any task with a reference solution gets a checker this way, synthesized ones inc
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from env_tools._checks import answer_matches
 from env_tools.base import Environment
 from langgraph_evolver.errors import EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
@@ -57,17 +57,6 @@ def check_arguments(name: str, arguments: dict[str, Any] | str) -> str | None:
     return None
 
 
-_NORMALIZE = re.compile(r"[\s$,]+")
-
-
-def _answer_matches(answer: str | None, expected: str) -> bool:
-    if answer is None:
-        return False
-    text = _NORMALIZE.sub(" ", answer.lower()).strip()
-    want = _NORMALIZE.sub(" ", expected.lower()).strip()
-    return re.search(rf"(?<![\w-]){re.escape(want)}(?![\w-])", text) is not None
-
-
 def _execute(world: World, call: ToolCall) -> tuple[str, bool]:
     """Run one call against ``world``: (observation text, is_error). Never raises."""
     spec = TOOLS.get(call.name)
@@ -100,7 +89,7 @@ def score_state(task: Task, initial: World, final: World) -> float:
     checks += [key in final.viewed for key in sorted(expected.viewed)]
     answer = task.metadata.get("answer")
     if answer is not None:
-        checks.append(_answer_matches(final.answer, str(answer)))
+        checks.append(answer_matches(final.answer, str(answer)))
     score = sum(checks) / len(checks) if checks else 1.0
     if got - want:
         score *= COLLATERAL_PENALTY
