@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import httpx
 import pytest
 import torch
 
-from trainers._generation import Completion, GenerationError, PolicyEngine, SamplingParams
+from trainers._generation import BatchScheduler, Completion, GenerationError, PolicyEngine, SamplingParams
 from trainers.chat_format import normalize_messages
 from trainers.policy_server import build_choice, create_app, serve_in_background
 from trainers.tiny import ModelSize, build_model, build_tiny_tokenizer
@@ -482,6 +484,29 @@ async def test_concurrent_requests_are_batched_and_answered_correctly(server, ht
     assert alone["choices"][0]["token_ids"] == responses[3].json()["choices"][0]["token_ids"]
 
 
+async def test_a_disconnected_client_stops_its_generation(server, http: httpx.Client) -> None:
+    url, app = server
+    scheduler, engine = app.state.scheduler, app.state.engine
+    before = scheduler.call(lambda: (scheduler.stats.decode_steps, scheduler.stats.completion_tokens)).result(60)
+    body = {"model": "tiny-base", "messages": MESSAGES, "max_tokens": 10_000, "ignore_eos": True}  # capped at 64
+    with _first_decode_held_until_cancelled(engine) as decoding:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            request = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+            assert await asyncio.to_thread(decoding.wait, 30)
+            request.cancel()  # the client gives up (as on a timeout) and its connection closes
+            with pytest.raises(asyncio.CancelledError):
+                await request
+        # the server must notice and cancel the request, which also ends the held decode step
+        after = await asyncio.to_thread(
+            lambda: scheduler.call(lambda: (scheduler.stats.decode_steps, scheduler.stats.completion_tokens)).result(60)
+        )
+    steps, tokens = after[0] - before[0], after[1] - before[1]
+    assert steps < 5 and tokens == 0, f"the abandoned request kept decoding ({steps} steps, {tokens} tokens)"
+    assert http.get("/health").status_code == 200
+    data = chat(http, max_tokens=5, ignore_eos=True, return_token_ids=True)
+    assert len(data["choices"][0]["token_ids"]) == 5 == data["usage"]["completion_tokens"]
+
+
 def test_engine_generate_matches_single_rows(model_dir: Path) -> None:
     engine = PolicyEngine(model_dir)
     tok = engine.tokenizer
@@ -496,20 +521,46 @@ def test_engine_generate_matches_single_rows(model_dir: Path) -> None:
         assert together.top_logprobs is not None and len(together.top_logprobs[0]) == 2
 
 
-def test_cancelled_requests_stop_decoding(model_dir: Path) -> None:
-    from trainers._generation import BatchScheduler
+def _prompt(engine: PolicyEngine) -> list[int]:
+    return engine.tokenizer("<|im_start|>user\nhi<|im_end|>\n", add_special_tokens=False).input_ids
 
+
+@contextmanager
+def _first_decode_held_until_cancelled(engine: PolicyEngine) -> Iterator[threading.Event]:
+    """Make the engine's first decode step wait (10 s at most) until a request in its batch is cancelled.
+
+    Yields an event set once that step is waiting: from then on the request is surely decoding.
+    """
+    decoding, cancelled = threading.Event(), threading.Event()
+    decode = engine.decode
+
+    def held(batch):
+        if not decoding.is_set():
+            for row in batch.rows:
+                row.request.future.add_done_callback(lambda _: cancelled.set())
+            decoding.set()
+            cancelled.wait(10)
+        return decode(batch)
+
+    engine.decode = held
+    try:
+        yield decoding
+    finally:
+        del engine.decode  # the class's method again
+
+
+def test_cancelled_requests_stop_decoding(model_dir: Path) -> None:
     engine = PolicyEngine(model_dir)
     scheduler = BatchScheduler(engine, max_batch_size=4)
     try:
-        prompt = engine.tokenizer("<|im_start|>user\nhi<|im_end|>\n", add_special_tokens=False).input_ids
-        queued = scheduler.submit(prompt, [SamplingParams(max_tokens=400, ignore_eos=True)])
-        queued.cancel()  # cancelled before it was admitted
-        running = scheduler.submit(prompt, [SamplingParams(max_tokens=400, ignore_eos=True)])
-        deadline = time.monotonic() + 30
-        while scheduler.stats.prefills < 1 and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert running.cancel()  # cancelled while decoding
+        prompt = _prompt(engine)
+        with _first_decode_held_until_cancelled(engine) as decoding:
+            with scheduler._cv:  # the worker sees both requests at once: one to drop, one to run
+                queued = scheduler.submit(prompt, [SamplingParams(max_tokens=400, ignore_eos=True)])
+                queued.cancel()  # cancelled before it was admitted
+                running = scheduler.submit(prompt, [SamplingParams(max_tokens=400, ignore_eos=True)])
+            assert decoding.wait(30)
+            assert running.cancel()  # cancelled while decoding
         short = scheduler.submit(prompt, [SamplingParams(max_tokens=5, ignore_eos=True)])
         [completion] = short.result(timeout=60)
         assert len(completion.token_ids) == 5
@@ -518,9 +569,79 @@ def test_cancelled_requests_stop_decoding(model_dir: Path) -> None:
         # control calls run once no batch is running: this waits until the worker is idle
         steps = scheduler.call(lambda: scheduler.stats.decode_steps).result(timeout=60)
         assert steps < 100, "the cancelled row kept decoding"
-        assert scheduler.alive
+        assert scheduler.stats.requests == 2 and scheduler.alive
     finally:
         scheduler.close()
+
+
+def test_a_queue_of_cancelled_requests_does_not_stop_the_worker(model_dir: Path) -> None:
+    engine = PolicyEngine(model_dir)
+    prompt = _prompt(engine)
+    params = [SamplingParams(max_tokens=5, ignore_eos=True)]
+    for earlier_batch in (False, True):  # the worker's first pass, and a pass after a batch finished
+        scheduler = BatchScheduler(engine, max_batch_size=4)
+        try:
+            if earlier_batch:
+                assert len(scheduler.submit(prompt, params).result(timeout=60)[0].token_ids) == 5
+            with scheduler._cv:  # the worker wakes to a queue of cancelled requests only
+                for _ in range(2):
+                    assert scheduler.submit(prompt, params).cancel()
+            deadline = time.monotonic() + 30
+            while scheduler._pending and time.monotonic() < deadline:  # until the worker has taken them
+                time.sleep(0.001)
+            [completion] = scheduler.submit(prompt, params).result(timeout=60)
+            assert len(completion.token_ids) == 5 and scheduler.alive
+            assert scheduler.stats.completion_tokens == (10 if earlier_batch else 5)
+        finally:
+            scheduler.close()
+
+
+def test_a_worker_bug_fails_every_request_and_later_submits(model_dir: Path) -> None:
+    engine = PolicyEngine(model_dir)
+    scheduler = BatchScheduler(engine, max_batch_size=2)
+    prompt = _prompt(engine)
+
+    def broken(finished: list) -> int:
+        raise RuntimeError("bug in the loop")
+
+    scheduler._finish = broken
+    try:
+        with scheduler._cv:  # the first request fills the batch, the second stays queued
+            running = scheduler.submit(prompt, [SamplingParams(max_tokens=5)] * 2)
+            queued = scheduler.submit(prompt, [SamplingParams(max_tokens=5)])
+        for future in (running, queued):
+            with pytest.raises(RuntimeError, match="bug in the loop"):
+                future.result(timeout=30)
+        assert not scheduler.alive
+        with pytest.raises(GenerationError, match="worker stopped: RuntimeError: bug in the loop; restart the server"):
+            scheduler.submit(prompt, [SamplingParams()])
+    finally:
+        scheduler.close()
+
+
+def test_stop_strings_decode_only_the_tail(model_dir: Path) -> None:
+    class CountingTokenizer:
+        def __init__(self, tokenizer) -> None:
+            self.tokenizer, self.decoded = tokenizer, []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.tokenizer, name)
+
+        def decode(self, ids, **kwargs) -> str:
+            self.decoded.append(len(ids))
+            return self.tokenizer.decode(ids, **kwargs)
+
+    engine = PolicyEngine(model_dir)
+    filler = "Pia 0 1 2 3 4 5 6 7 8 9 " * 8
+    engine._sample = _Scripted(engine, filler + "over and out, then more")
+    prompt = _prompt(engine)
+    engine.tokenizer = counting = CountingTokenizer(engine.tokenizer)
+    stop = ("never said", "over and out")  # "over and out" is 6 tokens
+    [completion] = engine.generate([prompt], [SamplingParams(max_tokens=500, stop=stop)])
+    assert completion.finish_reason == "stop" and completion.stop_reason == "over and out"
+    assert counting.tokenizer.decode(completion.token_ids) == filler + "over and out"
+    assert len(completion.token_ids) > 190
+    assert max(counting.decoded) <= len("over and out") + 8, "the stop check decoded the whole completion"
 
 
 # -- runtime LoRA --------------------------------------------------------------------------------

@@ -48,6 +48,9 @@ logger = logging.getLogger("trainers.policy_server")
 LOGPROB_FLOOR = -9999.0
 """vLLM's floor for reported logprobs (``-inf`` cannot travel as JSON)."""
 
+_STOP_WINDOW_MARGIN = 8
+"""Tokens (and characters) beyond the longest stop string that the stop check decodes."""
+
 
 class GenerationError(EvolverError, ValueError):
     """A generation or adapter request the engine cannot serve (HTTP 400 unless overridden)."""
@@ -59,6 +62,12 @@ class UnknownModelError(GenerationError):
     """The requested model/adapter name or adapter path does not exist (HTTP 404)."""
 
     status_code = 404
+
+
+class _WorkerStoppedError(GenerationError):
+    """The worker thread died; no request can be served until the server restarts (HTTP 503)."""
+
+    status_code = 503
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,10 +441,24 @@ class PolicyEngine:
             r.finish_reason = "length"
 
     def _stop_string(self, r: _Row) -> str | None:
-        text = self.tokenizer.decode(
-            r.token_ids, skip_special_tokens=r.params.skip_special_tokens, clean_up_tokenization_spaces=False
-        )
-        return next((s for s in r.params.stop if s and s in text), None)
+        """The stop string that the completion now contains, if any.
+
+        Only a tail of the completion is decoded, so a check costs O(1) instead of O(length): it runs after every
+        token, so a stop string not found before must end in the newest token and lie within the last
+        ``len(stop)`` characters or so.
+        """
+        longest = max(len(s) for s in r.params.stop)
+        window = longest + _STOP_WINDOW_MARGIN
+        while True:
+            tail = r.token_ids[-window:]
+            text = self.tokenizer.decode(
+                tail, skip_special_tokens=r.params.skip_special_tokens, clean_up_tokenization_spaces=False
+            )
+            # Tokens that decode to no whole character (skipped special tokens, pieces of one UTF-8 character)
+            # can leave the tail shorter than a stop string: widen it until the text is long enough.
+            if len(tail) == len(r.token_ids) or len(text) >= longest + _STOP_WINDOW_MARGIN:
+                return next((s for s in r.params.stop if s and s in text), None)
+            window *= 2
 
     def _sample(
         self, logits: torch.Tensor, rows: list[_Row]
@@ -511,6 +534,8 @@ class BatchScheduler:
         self._pending: deque[_Request] = deque()
         self._controls: deque[tuple[Callable[[], Any], Future]] = deque()
         self._closed = False
+        self._failure: BaseException | None = None
+        """What killed the worker thread (None while it runs or after a clean shutdown)."""
         self._thread = threading.Thread(target=self._run, name="policy-engine", daemon=True)
         self._thread.start()
 
@@ -531,8 +556,7 @@ class BatchScheduler:
         name = self.engine.check_model(model)
         request = _Request(prompt_ids=list(prompt_ids), params=list(params), model=name, future=Future())
         with self._cv:
-            if self._closed:
-                raise GenerationError("The policy server is shutting down.")
+            self._check_open()
             self._pending.append(request)
             self._cv.notify()
         return request.future
@@ -541,11 +565,18 @@ class BatchScheduler:
         """Run ``fn`` on the worker thread when no batch is running (e.g. loading an adapter)."""
         future: Future = Future()
         with self._cv:
-            if self._closed:
-                raise GenerationError("The policy server is shutting down.")
+            self._check_open()
             self._controls.append((fn, future))
             self._cv.notify()
         return future
+
+    def _check_open(self) -> None:
+        """Refuse new work once the worker is gone (call with ``self._cv`` held)."""
+        if self._closed and self._failure is None:
+            raise GenerationError("The policy server is shutting down.")
+        if self._failure is not None or not self._thread.is_alive():
+            reason = f"{type(self._failure).__name__}: {self._failure}" if self._failure else "the thread exited"
+            raise _WorkerStoppedError(f"the generation worker stopped: {reason}; restart the server")
 
     def close(self, timeout: float = 10.0) -> None:
         with self._cv:
@@ -556,69 +587,79 @@ class BatchScheduler:
     # -- worker -------------------------------------------------------------------------------
     def _run(self) -> None:
         batch: _Batch | None = None
+        admitted: list[_Request] = []
         run = _RunLog()
-        while True:
-            control, admitted = None, []
-            with self._cv:
-                while not self._closed and batch is None and not self._pending and not self._controls:
-                    self._cv.wait()
-                if self._closed:
-                    self._fail_all(batch, GenerationError("The policy server shut down."))
-                    return
-                if self._controls and batch is None:
-                    control = self._controls.popleft()
-                elif not self._controls:
-                    admitted = self._admissible(batch)
-            if control is not None:
-                fn, future = control
-                if future.set_running_or_notify_cancel():  # False: the caller went away, skip it
+        try:
+            while True:
+                control, admitted, finished = None, [], []
+                with self._cv:
+                    while not self._closed and batch is None and not self._pending and not self._controls:
+                        self._cv.wait()
+                    if self._closed:
+                        self._fail_all(batch, GenerationError("The policy server shut down."))
+                        return
+                    if self._controls and batch is None:
+                        control = self._controls.popleft()
+                    elif not self._controls:
+                        admitted = self._admissible(batch)
+                if control is not None:
+                    fn, future = control
+                    if future.set_running_or_notify_cancel():  # False: the caller went away, skip it
+                        try:
+                            future.set_result(fn())
+                        except Exception as e:  # reported to the caller
+                            future.set_exception(e)
+                    continue
+                if admitted:
+                    if batch is None:
+                        run = _RunLog(start=time.perf_counter())
+                        self.stats.batches += 1
                     try:
-                        future.set_result(fn())
-                    except Exception as e:  # reported to the caller
-                        future.set_exception(e)
-                continue
-            if admitted:
-                if batch is None:
-                    run = _RunLog(start=time.perf_counter())
-                    self.stats.batches += 1
+                        with torch.inference_mode():
+                            new, finished = self._prefill(admitted)
+                    except Exception as e:  # only these requests fail; the running batch goes on
+                        self._log_failure(e)
+                        self._fail_all(None, e, admitted)
+                        continue
+                    run.requests += len(admitted)
+                    run.rows += sum(len(r.rows) for r in admitted)
+                elif batch is None:  # every queued request was cancelled before it started
+                    continue
                 try:
                     with torch.inference_mode():
-                        new, finished = self._prefill(admitted)
-                except Exception as e:  # only these requests fail; the running batch goes on
+                        if admitted:
+                            batch = self.engine.join(batch, new)
+                        elif batch is not None:
+                            batch = self._drop_cancelled(batch)
+                            if batch is not None:
+                                batch, finished = self.engine.decode(batch)
+                            self.stats.decode_steps += 1
+                            run.steps += 1
+                except Exception as e:  # a failing batch must not kill the server
                     self._log_failure(e)
-                    self._fail_all(None, e, admitted)
+                    self._fail_all(batch, e)
+                    batch = None
                     continue
-                run.requests += len(admitted)
-                run.rows += sum(len(r.rows) for r in admitted)
-            try:
-                with torch.inference_mode():
-                    if admitted:
-                        batch = self.engine.join(batch, new)
-                    elif batch is not None:
-                        batch = self._drop_cancelled(batch)
-                        finished = []
-                        if batch is not None:
-                            batch, finished = self.engine.decode(batch)
-                        self.stats.decode_steps += 1
-                        run.steps += 1
-            except Exception as e:  # a failing batch must not kill the server
-                self._log_failure(e)
-                self._fail_all(batch, e)
-                batch = None
-                continue
-            self.stats.max_running_rows = max(self.stats.max_running_rows, len(batch.rows) if batch else 0)
-            run.tokens += self._finish(finished)
-            if batch is None:
-                elapsed = time.perf_counter() - run.start
-                logger.debug(
-                    "batch done: %d requests, %d rows, %d decode steps, %d completion tokens in %.3f s (%.0f tok/s)",
-                    run.requests,
-                    run.rows,
-                    run.steps,
-                    run.tokens,
-                    elapsed,
-                    run.tokens / max(elapsed, 1e-9),
-                )
+                self.stats.max_running_rows = max(self.stats.max_running_rows, len(batch.rows) if batch else 0)
+                run.tokens += self._finish(finished)
+                if batch is None:
+                    elapsed = time.perf_counter() - run.start
+                    logger.debug(
+                        "batch done: %d requests, %d rows, %d decode steps, "
+                        "%d completion tokens in %.3f s (%.0f tok/s)",
+                        run.requests,
+                        run.rows,
+                        run.steps,
+                        run.tokens,
+                        elapsed,
+                        run.tokens / max(elapsed, 1e-9),
+                    )
+        except BaseException as e:  # a bug in this loop: fail every caller rather than leave them waiting forever
+            logger.exception("the generation worker stopped; failing every queued and running request")
+            with self._cv:
+                self._failure = e
+                self._closed = True
+                self._fail_all(batch, e, admitted)
 
     @staticmethod
     def _log_failure(e: Exception) -> None:

@@ -37,6 +37,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -70,8 +71,11 @@ class _InternalError(GenerationError):
     status_code = 500
 
 
+# Every route is wrapped in `_guarded` rather than relying on an app-wide `exception_handler(Exception)`: Starlette
+# sends that handler's 500 response and then re-raises the exception, so uvicorn logs the traceback again and closes
+# the client's keep-alive connection; a `GenerationError` is answered by the `GenerationError` handler, which doesn't.
 def _guarded(endpoint):
-    """Turn unexpected exceptions of ``endpoint`` into a 500 error body (Starlette would re-raise them)."""
+    """Turn unexpected exceptions of ``endpoint`` into a 500 error body; the server keeps running."""
 
     @functools.wraps(endpoint)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -85,6 +89,9 @@ def _guarded(endpoint):
 
     return wrapper
 
+
+_DISCONNECT_POLL_S = 0.2
+"""How often a waiting chat completion checks whether its client is still connected."""
 
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailable"}
 
@@ -296,18 +303,15 @@ def create_app(
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
 
-    @app.exception_handler(Exception)
-    async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
-        logger.exception("request failed")
-        return _error(500, f"Internal error: {type(exc).__name__}: {exc}")
-
     @app.get("/health")
+    @_guarded
     async def health() -> Response:
         if not scheduler.alive:
             return _error(503, "The generation worker is not running.")
         return Response(status_code=200)
 
     @app.get("/v1/models")
+    @_guarded
     async def models() -> dict[str, Any]:
         def card(name: str, root: str, parent: str | None) -> dict[str, Any]:
             return {
@@ -343,7 +347,7 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     @_guarded
-    async def chat_completions(body: ChatCompletionRequest) -> JSONResponse:
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         if body.stream:
             raise GenerationError("stream=true is not supported by this server; send stream=false.")
         if body.top_logprobs and not body.logprobs:
@@ -351,7 +355,7 @@ def create_app(
         if body.tool_choice not in (None, "auto", "none"):
             raise GenerationError(f"tool_choice={body.tool_choice!r} is not supported; use 'auto' or 'none'.")
         model = engine.check_model(body.model)
-        prompt_ids = _prompt_ids(engine, body)
+        prompt_ids = await asyncio.to_thread(_prompt_ids, engine, body)  # template + tokenizer: off the event loop
         room = engine.max_model_len - len(prompt_ids)
         if room <= 0:
             raise GenerationError(
@@ -371,42 +375,67 @@ def create_app(
             skip_special_tokens=body.skip_special_tokens,
         )
         future = scheduler.submit(prompt_ids, [params] * body.n, model=model)
-        completions = await asyncio.wrap_future(future)
+        completions = await _result_unless_disconnected(future, request)
+        if completions is None:
+            logger.info("client disconnected; dropped its generation")
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
         parse_tools = bool(body.tools) and body.tool_choice != "none"
-        choices = [
-            build_choice(
-                i,
-                c,
-                engine.tokenizer,
-                logprobs=body.logprobs,
-                return_token_ids=body.return_token_ids,
-                parse_tools=parse_tools,
-                tokens_as_ids=body.return_tokens_as_token_ids,
-                skip_special_tokens=body.skip_special_tokens,
-                token_text=token_text,
+
+        def respond() -> JSONResponse:  # decoding, tool-call parsing and JSON encoding: off the event loop
+            choices = [
+                build_choice(
+                    i,
+                    c,
+                    engine.tokenizer,
+                    logprobs=body.logprobs,
+                    return_token_ids=body.return_token_ids,
+                    parse_tools=parse_tools,
+                    tokens_as_ids=body.return_tokens_as_token_ids,
+                    skip_special_tokens=body.skip_special_tokens,
+                    token_text=token_text,
+                )
+                for i, c in enumerate(completions)
+            ]
+            completion_tokens = sum(len(c.token_ids) for c in completions)
+            return JSONResponse(
+                {
+                    "id": f"chatcmpl-{uuid.uuid4().hex}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": choices,
+                    "usage": {
+                        "prompt_tokens": len(prompt_ids),
+                        "completion_tokens": completion_tokens,
+                        "total_tokens": len(prompt_ids) + completion_tokens,
+                    },
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": prompt_ids if body.return_token_ids else None,
+                    "system_fingerprint": None,
+                }
             )
-            for i, c in enumerate(completions)
-        ]
-        completion_tokens = sum(len(c.token_ids) for c in completions)
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": choices,
-                "usage": {
-                    "prompt_tokens": len(prompt_ids),
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": len(prompt_ids) + completion_tokens,
-                },
-                "prompt_logprobs": None,
-                "prompt_token_ids": prompt_ids if body.return_token_ids else None,
-                "system_fingerprint": None,
-            }
-        )
+
+        return await asyncio.to_thread(respond)
 
     return app
+
+
+async def _result_unless_disconnected(future: Future, request: Request) -> Any:
+    """The scheduler ``future``'s result, or None once the client has disconnected.
+
+    uvicorn does not cancel a handler whose client went away (timeout, crash), so waiting on the future alone would
+    decode to ``max_tokens`` for nobody. Cancelling the future makes the worker drop the request's rows.
+    """
+    waiting = asyncio.wrap_future(future)
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return waiting.result()
+            if await request.is_disconnected():
+                return None
+    finally:
+        waiting.cancel()  # no-op once done; otherwise it cancels `future` too
 
 
 def _prompt_ids(engine: PolicyEngine, body: ChatCompletionRequest) -> list[int]:
