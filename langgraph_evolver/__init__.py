@@ -8,7 +8,7 @@ extras in ``trainers/`` and ``env_tools/server.py``).
 from .chat_model import PolicyChatModel, transition_from_message
 from .context import ContextTemplate, causal_template, get_context_template, register_context_template
 from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
-from .rollout import arun_rollouts, run_rollouts, trajectory_from_state
+from .rollout import arun_rollout_items, arun_rollouts, run_rollouts, trajectory_from_state
 from .tracing import JsonlTracer, build_run_tree, langsmith_callbacks, langsmith_enabled, read_runs, trace_metadata
 from .types import (
     Action,
@@ -41,6 +41,7 @@ __all__ = [
     "ToolObservation",
     "Trajectory",
     "Transition",
+    "arun_rollout_items",
     "arun_rollouts",
     "build_run_tree",
     "causal_template",

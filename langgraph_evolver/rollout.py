@@ -103,50 +103,58 @@ async def _one_rollout(
     )
 
 
-async def arun_rollouts(
+async def arun_rollout_items(
     graph: Any,
-    tasks: Sequence[Task],
+    items: Sequence[tuple[Task, str, int]],
     *,
-    n: int = 1,
     concurrency: int = 64,
     env_factory: Callable[[Task], Any] | None = None,
     callbacks: list | None = None,
-    group_prefix: str = "",
     recursion_limit: int = 100,
-    progress: bool = False,
+    progress: bool | str = False,
 ) -> list[Trajectory]:
-    """Run ``n`` rollouts of every task through ``graph``, at most ``concurrency`` at once.
+    """Run one rollout per ``(task, group_id, rollout_index)`` item, at most ``concurrency`` at once.
 
-    Returns trajectories in task order, then rollout order. Rollouts of one task share the
-    group id ``f"{group_prefix}{task.id}"``.
+    Returns the trajectories in item order. ``progress`` shows a bar (a string names it).
     """
     semaphore = asyncio.Semaphore(concurrency)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(tasks) * n, desc="rollouts", unit="run")
+        bar = tqdm(total=len(items), desc=progress if isinstance(progress, str) else "rollouts", unit="run",
+                   leave=False)  # fmt: skip
 
-    async def run(task: Task, index: int) -> Trajectory:
+    async def run(task: Task, group_id: str, index: int) -> Trajectory:
         async with semaphore:
-            traj = await _one_rollout(
-                graph,
-                task,
-                index,
-                group_id=f"{group_prefix}{task.id}",
-                env_factory=env_factory,
-                callbacks=callbacks,
-                recursion_limit=recursion_limit,
-            )
+            traj = await _one_rollout(graph, task, index, group_id=group_id, env_factory=env_factory,
+                                      callbacks=callbacks, recursion_limit=recursion_limit)  # fmt: skip
         if bar is not None:
             bar.update(1)
         return traj
 
     try:
-        return list(await asyncio.gather(*(run(t, i) for t in tasks for i in range(n))))
+        return list(await asyncio.gather(*(run(t, g, i) for t, g, i in items)))
     finally:
         if bar is not None:
             bar.close()
+
+
+async def arun_rollouts(
+    graph: Any,
+    tasks: Sequence[Task],
+    *,
+    n: int = 1,
+    group_prefix: str = "",
+    **kwargs: Any,
+) -> list[Trajectory]:
+    """Run ``n`` rollouts of every task through ``graph`` (keywords as ``arun_rollout_items``).
+
+    Returns trajectories in task order, then rollout order. Rollouts of one task share the
+    group id ``f"{group_prefix}{task.id}"``.
+    """
+    items = [(t, f"{group_prefix}{t.id}", i) for t in tasks for i in range(n)]
+    return await arun_rollout_items(graph, items, **kwargs)
 
 
 def run_rollouts(graph: Any, tasks: Sequence[Task], **kwargs: Any) -> list[Trajectory]:

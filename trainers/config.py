@@ -1,0 +1,172 @@
+"""``EvolverGRPOConfig``: TRL's ``GRPOConfig`` plus what LangGraph rollouts need.
+
+Every field has help text (``python -m trainers.grpo --help``); a YAML file passed with
+``--config`` sets any of them and the command line overrides the file. ``__post_init__`` rejects
+combinations that cannot work and says how to fix them.
+
+Batch arithmetic, as in TRL: one optimizer step consumes ``generation_batch_size`` rollouts
+(``per_device_train_batch_size x processes x steps_per_generation``), i.e.
+``generation_batch_size / num_generations`` tasks with ``num_generations`` rollouts each. Each
+rollout yields one or more training rows (one per LLM call, or fewer when calls are merged).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from langgraph_evolver.errors import ConfigError
+
+__all__ = ["EvolverGRPOConfig", "parse_level_weights"]
+
+
+def parse_level_weights(spec: str | dict | None) -> dict[int, float]:
+    """``"1:1,2:2,3:3"`` or ``{1: 1, 2: 2, 3: 3}`` → ``{level: weight}`` (empty = uniform)."""
+    if spec is None or spec == "" or spec == {}:
+        return {}
+    if isinstance(spec, dict):
+        items = list(spec.items())
+    else:
+        try:
+            items = [tuple(part.split(":")) for part in str(spec).split(",") if part.strip()]
+        except ValueError:
+            items = []
+    try:
+        weights = {int(k): float(v) for k, v in items}
+    except (TypeError, ValueError):
+        weights = {}
+    if not weights or any(w < 0 for w in weights.values()) or not any(weights.values()):
+        raise ConfigError(f"level_weights={spec!r} is not valid: write e.g. '1:1,2:2,3:3' (level:weight, weights >= 0, "
+                          "at least one > 0).")  # fmt: skip
+    return weights
+
+
+@dataclass
+class EvolverGRPOConfig(GRPOConfig):
+    r"""GRPO on LangGraph agent rollouts. TRL's fields keep their meaning; the ones below are ours.
+
+    Defaults that differ from TRL: ``loss_type="dapo"``, ``epsilon_high=0.28`` (DAPO's clip-higher),
+    ``beta=0.001``, ``temperature=1.0`` (pure sampling: the behaviour logprobs must be those of
+    the sampled distribution), ``max_completion_length=128`` tokens per LLM call,
+    ``logging_steps=1``, ``bf16`` only when a GPU is present, and TensorBoard logging.
+    """
+
+    # -- environment and tasks ---------------------------------------------------------------
+    env_id: str = field(default="sandbox", metadata={"help": "Environment registry id (or dotted path). (Not `env`: TrlParser reserves that YAML key for environment variables.)"})
+    env_args: dict | str | None = field(
+        default=None, metadata={"help": "Keyword arguments for the environment, a dict or a JSON string."}
+    )
+    env_url: str | None = field(
+        default=None,
+        metadata={"help": "Run environments through the HTTP environment service at this URL instead of in-process."},
+    )
+    task_split: str = field(default="train", metadata={"help": "Split of the environment's tasks to train on."})
+    task_limit: int | None = field(default=None, metadata={"help": "Train on only the first N tasks of the split."})
+    level_weights: str | None = field(
+        default=None,
+        metadata={"help": "Sample tasks by difficulty level, e.g. '1:1,2:2,3:3' (repeats tasks of a level in the "
+                          "dataset; 0 drops a level). Default: every task once."},  # fmt: skip
+    )
+    # -- rollouts ------------------------------------------------------------------------------
+    rollout_concurrency: int = field(default=64, metadata={"help": "Agent graphs running at once during rollouts."})
+    max_turns: int = field(default=10, metadata={"help": "LLM calls per rollout before it is stopped."})
+    context_template: str = field(
+        default="causal", metadata={"help": "How the agent's history becomes each prompt (context template name)."}
+    )
+    malformed_call_penalty: float = field(
+        default=0.1,
+        metadata={"help": "Subtracted from a rollout's reward for each malformed tool call (unparseable, unknown "
+                          "tool, bad arguments). Without it GRPO on a tiny model lets well-formed calls collapse."},  # fmt: skip
+    )
+    merge_prefix_transitions: bool = field(
+        default=True,
+        metadata={"help": "Merge consecutive LLM calls of a rollout whose prompts extend each other (causal template) "
+                          "into one training row, so the shared prefix is computed once."},  # fmt: skip
+    )
+    max_sample_length: int | None = field(
+        default=None, metadata={"help": "Longest merged training row in tokens (default: the model's window)."}
+    )
+    save_trajectories: int = field(
+        default=16, metadata={"help": "Trajectories per step written to trajectories/step_N.jsonl (0 = none)."}
+    )
+    # -- the policy endpoint -------------------------------------------------------------------
+    policy_base_url: str | None = field(
+        default=None,
+        metadata={"help": "OpenAI-compatible endpoint serving the policy (…/v1), e.g. vLLM. Default: the trainer "
+                          "starts the local CPU policy server on the model and stops it at the end."},  # fmt: skip
+    )
+    policy_model: str | None = field(
+        default=None, metadata={"help": "The base model's name at the endpoint (default: the first it lists)."}
+    )
+    policy_server_threads: int | None = field(
+        default=None, metadata={"help": "Torch threads of the local policy server (default: its own)."}
+    )
+    policy_server_max_batch_size: int = field(
+        default=64, metadata={"help": "Sequences the local policy server decodes together."}
+    )
+    sync_mode: str = field(
+        default="lora",
+        metadata={"help": "How new weights reach the endpoint after each step: 'lora' (save the adapter, load it under "
+                          "a new versioned name via the runtime LoRA API) or 'full' (NCCL into `trl vllm-serve`, GPU "
+                          "only).", "choices": ["lora", "full"]},  # fmt: skip
+    )
+    keep_adapter_versions: int = field(
+        default=1, metadata={"help": "Adapter versions kept loaded at the endpoint (older ones are unloaded)."}
+    )
+    # -- mechanisms (later issues) -------------------------------------------------------------
+    attribution: bool = field(default=False, metadata={"help": "Self-attributing: step-level credit from a judge."})
+    experience: bool = field(default=False, metadata={"help": "Self-navigating: retrieve and strip experiences."})
+    synthetic_tasks: bool = field(default=False, metadata={"help": "Self-questioning: train on synthesized tasks."})
+
+    # -- TRL defaults we change ----------------------------------------------------------------
+    loss_type: str = field(default="dapo", metadata={"help": "TRL loss aggregation (dapo, grpo, bnpo, dr_grpo, ...)."})
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip bound (DAPO clip-higher)."})
+    beta: float = field(default=0.001, metadata={"help": "KL coefficient against the reference (0 = no reference)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
+    max_completion_length: int | None = field(default=128, metadata={"help": "Max tokens per LLM call."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: only on GPU)."})
+    report_to: Any = field(default="tensorboard", metadata={"help": "Loggers (tensorboard, wandb, none, ...)."})
+    remove_unused_columns: bool | None = field(default=False, metadata={"help": "Keep the task column."})
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None:
+            import torch
+
+            self.bf16 = bool(torch.cuda.is_available())
+        if isinstance(self.env_args, str):
+            try:
+                self.env_args = json.loads(self.env_args) if self.env_args.strip() else None
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"env_args is not valid JSON ({e}); write e.g. '{{\"seed\": 1}}'.") from None
+        parse_level_weights(self.level_weights)  # validate early
+        super().__post_init__()
+        problems = []
+        if self.sync_mode not in ("lora", "full"):
+            problems.append(f"sync_mode must be 'lora' or 'full', got {self.sync_mode!r}.")
+        if self.temperature <= 0:
+            problems.append("temperature must be > 0: GRPO needs sampled rollouts (use 1.0).")
+        if self.top_k not in (None, 0, -1) or self.top_p != 1.0 or self.min_p:
+            problems.append("top_k/top_p/min_p truncate the sampling distribution, so the endpoint's logprobs no "
+                            "longer match what the trainer computes; keep top_k=0, top_p=1.0, min_p unset.")  # fmt: skip
+        if self.max_turns < 1:
+            problems.append("max_turns must be >= 1.")
+        if self.rollout_concurrency < 1:
+            problems.append("rollout_concurrency must be >= 1.")
+        if self.malformed_call_penalty < 0:
+            problems.append("malformed_call_penalty must be >= 0 (it is subtracted).")
+        if self.sync_mode == "full" and not self.use_vllm:
+            problems.append("sync_mode=full uses TRL's vLLM weight transfer: set use_vllm=true, vllm_mode=server and "
+                            "vllm_server_base_url to the `trl vllm-serve` server that also answers the rollouts.")  # fmt: skip
+        if self.use_vllm and self.vllm_mode != "server":
+            problems.append("Rollouts go through an OpenAI-compatible endpoint, so only vllm_mode=server is supported.")
+        for name, issue in (("experience", "self-navigating"), ("synthetic_tasks", "self-questioning")):
+            if getattr(self, name):
+                problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
+        if self.attribution:
+            problems.append("attribution=true (self-attributing) is not available in this version yet; set it to false.")
+        if problems:
+            raise ConfigError("Invalid training config:\n  - " + "\n  - ".join(problems))

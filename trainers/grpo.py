@@ -1,0 +1,298 @@
+"""Train the served policy with GRPO on LangGraph agent rollouts.
+
+What it does, top to bottom:
+1. reads the config (``--config x.yaml``, command-line flags override it) and checks it: model,
+   environment, tasks and endpoint problems stop here with one line and exit code 2, before
+   anything is written;
+2. starts the local CPU policy server on the model (unless ``policy_base_url`` points at one,
+   e.g. vLLM) and evaluates the untrained policy on held-out tasks (avg@k / best@k);
+3. trains a LoRA adapter with ``EvolverGRPOTrainer``: each step runs ``num_generations``
+   rollouts of the agent graph per task, scores them with the environment, and after each
+   optimizer step publishes the adapter to the endpoint under a new versioned name;
+4. evaluates the trained adapter on the same held-out tasks and prints one JSON line.
+
+Outputs in ``output_dir``: ``metrics.jsonl``, TensorBoard logs (``runs/``), ``reward_curve.png``,
+``checkpoint-N/`` (resume with ``--resume_from_checkpoint output_dir/checkpoint-N`` or ``true``
+for the latest), ``final/`` (the adapter), ``trajectories/step_N.jsonl``, ``eval_before/``,
+``eval_after/``, ``summary.json``.
+
+    python -m trainers.grpo --config examples/quickstart.yaml              # = make demo
+    python -m trainers.grpo --config examples/quickstart.yaml --max_steps 4 --eval_limit 10
+    python -m trainers.grpo --config examples/quickstart.yaml --resume_from_checkpoint true
+    accelerate launch --config_file trainers/accelerate_configs/zero2_cpu_2proc.yaml \\
+        -m trainers.grpo --config examples/quickstart.yaml
+    # 8 GPUs, vLLM on its own GPUs (see the README):
+    accelerate launch --config_file trainers/accelerate_configs/zero3_8gpu.yaml -m trainers.grpo \\
+        --config examples/vllm_qwen.yaml --policy_base_url http://VLLM_HOST:8000/v1
+
+How it departs from textbook GRPO: rollouts are multi-turn (one loss row per LLM call, or per
+merged run of calls); the old logprobs are the endpoint's behaviour logprobs; failed rollouts
+and zero-variance groups give no rows (counted instead); a malformed tool call costs
+``malformed_call_penalty`` of reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langgraph_evolver.errors import ConfigError, EvolverError
+from langgraph_evolver.types import Task
+
+__all__ = ["ScriptArguments", "main", "make_parser", "task_dataset"]
+
+logger = logging.getLogger("trainers.grpo")
+
+
+@dataclass
+class ScriptArguments:
+    """Run-level arguments (the training itself is configured by ``EvolverGRPOConfig``)."""
+
+    eval_split: str = field(default="test", metadata={"help": "Held-out split evaluated before and after training."})
+    eval_k: int = field(default=4, metadata={"help": "Samples per held-out task (avg@k, best@k)."})
+    eval_limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N held-out tasks."})
+    eval_before: bool = field(default=True, metadata={"help": "Evaluate the starting policy before training."})
+    eval_after: bool = field(default=True, metadata={"help": "Evaluate the trained policy after training."})
+
+
+def make_parser() -> Any:
+    from trl import ModelConfig, TrlParser
+
+    from .config import EvolverGRPOConfig
+
+    return TrlParser((ScriptArguments, EvolverGRPOConfig, ModelConfig))
+
+
+def task_dataset(tasks: list[Task], level_weights: dict[int, float] | None = None) -> Any:
+    """A ``datasets.Dataset`` with one row per task (repeated by level weight)."""
+    from datasets import Dataset
+
+    rows = []
+    for task in tasks:
+        level = task.metadata.get("level")
+        weight = (level_weights or {}).get(level, 1.0) if level_weights else 1.0
+        # fractional weights keep a deterministic share of the level's tasks (same on every rank)
+        copies = int(weight) + (1 if zlib.crc32(task.id.encode()) % 1000 < (weight % 1) * 1000 else 0)
+        rows += [{"prompt": task.query, "task": json.dumps(task.to_dict())}] * copies
+    if not rows:
+        raise ConfigError("No training tasks left after level_weights; give at least one level a weight > 0.")
+    return Dataset.from_list(rows)
+
+
+def _check_model(model_args: Any) -> Path:
+    path = model_args.model_name_or_path
+    if not path:
+        raise ConfigError("No model: set model_name_or_path (e.g. checkpoints/tiny-policy).")
+    local = Path(path)
+    if local.exists():
+        if not (local / "config.json").exists():
+            raise ConfigError(f"model_name_or_path={path} has no config.json: pass a save_pretrained directory.")
+        return local
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ConfigError(f"model_name_or_path={path} is not a local directory and HF_HUB_OFFLINE=1: download it "
+                          "first or pass a local path.")  # fmt: skip
+    return local
+
+
+def _load_tasks(cfg: Any) -> list[Task]:
+    from env_tools.base import load_environment
+
+    env = load_environment(cfg.env_id, **(cfg.env_args or {}))
+    try:
+        tasks = env.list_tasks(cfg.task_split)
+    finally:
+        env.close()
+    tasks = tasks[: cfg.task_limit] if cfg.task_limit else tasks
+    if not tasks:
+        raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
+    return tasks
+
+
+def _env_factory(cfg: Any) -> Any:
+    if cfg.env_url:
+        from env_tools.client import remote_environment_factory
+
+        return remote_environment_factory(cfg.env_url)
+    if cfg.env_args:
+        from env_tools.base import load_environment
+
+        return lambda task: load_environment(task.env, **cfg.env_args)
+    return None
+
+
+def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path) -> dict[str, Any]:
+    from langgraph_evolver.types import write_jsonl
+
+    from .evaluate import evaluate_endpoint, summarize
+
+    started = time.perf_counter()
+    env_url = cfg.env_url
+    trajectories = asyncio.run(evaluate_endpoint(tasks, base_url=base_url, model=model, k=k,
+                                                 temperature=cfg.temperature, max_tokens=cfg.max_completion_length,
+                                                 max_turns=cfg.max_turns, concurrency=cfg.rollout_concurrency,
+                                                 env_url=env_url, progress=True))  # fmt: skip
+    summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
+               "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "trajectories.jsonl", trajectories)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, Any]:
+    """Train (see the module docstring); returns the final figures."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+    from transformers import AutoTokenizer
+    from transformers.trainer_callback import ProgressCallback
+    from trl import get_peft_config
+
+    from env_tools.base import load_environment
+    from langgraph_evolver.tracing import langsmith_callbacks
+
+    from .callbacks import MetricsCallback, plot_reward_curve
+    from .config import parse_level_weights
+    from .grpo_trainer import EvolverGRPOTrainer
+    from .serving import PolicyServerProcess, check_endpoint
+    from .sync import FullSync, LoraSync
+
+    started = time.perf_counter()
+    state = PartialState()
+    out = Path(cfg.output_dir)
+    model_path = _check_model(model_args)
+    if cfg.sync_mode == "lora" and not model_args.use_peft:
+        raise ConfigError("sync_mode=lora trains a LoRA adapter and publishes it: set use_peft: true (with lora_r, "
+                          "lora_alpha, lora_target_modules), or use sync_mode=full on GPUs.")  # fmt: skip
+    if cfg.sync_mode == "full":
+        FullSync.check_available()
+    train_tasks = _load_tasks(cfg)
+    eval_env = load_environment(cfg.env_id, **(cfg.env_args or {}))
+    eval_tasks = eval_env.list_tasks(script_args.eval_split)[: script_args.eval_limit]
+    eval_env.close()
+    if (script_args.eval_before or script_args.eval_after) and not eval_tasks:
+        raise ConfigError(f"No held-out tasks in split {script_args.eval_split!r}; set eval_split or eval_before/"
+                          "eval_after: false.")  # fmt: skip
+    dataset = task_dataset(train_tasks, parse_level_weights(cfg.level_weights))
+
+    server = None
+    base_url, base_model = cfg.policy_base_url, cfg.policy_model
+    if base_url:
+        served = check_endpoint(base_url, base_model)
+        base_model = base_model or served[0]
+    elif state.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        server = PolicyServerProcess(model_path, log_path=out / "policy_server.log", threads=cfg.policy_server_threads,
+                                     max_batch_size=cfg.policy_server_max_batch_size)  # fmt: skip
+        print(f"starting the policy server on {model_path} …", file=sys.stderr)
+        server.start()
+        base_url, base_model = server.base_url, server.model_name
+    shared = [base_url, base_model]
+    broadcast_object_list(shared)
+    base_url, base_model = shared
+    figures: dict[str, Any] = {}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        evals: dict[str, dict[str, Any]] = {}
+        k = script_args.eval_k
+        if script_args.eval_before and state.is_main_process:
+            print(f"evaluating the starting policy on {len(eval_tasks)} held-out tasks x {k} …", file=sys.stderr)
+            evals["before"] = _evaluate(eval_tasks, base_url=base_url, model=base_model, k=k, cfg=cfg,
+                                        out=out / "eval_before")  # fmt: skip
+        state.wait_for_everyone()
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        callbacks = [MetricsCallback(out / "metrics.jsonl")]
+        trainer = EvolverGRPOTrainer(str(model_path), cfg, dataset, processing_class=tokenizer,
+                                     peft_config=get_peft_config(model_args), policy_base_url=base_url,
+                                     env_factory=_env_factory(cfg),
+                                     rollout_callbacks=langsmith_callbacks(project="langgraph-evolver-train"),
+                                     callbacks=callbacks)  # fmt: skip
+        trainer.remove_callback(ProgressCallback)
+        if cfg.sync_mode == "lora":
+            trainer.policy = LoraSync(base_url, base_model, out / "served_adapters", keep=cfg.keep_adapter_versions)
+        else:
+            trainer.policy = FullSync(trainer.vllm_generation, base_model)
+        resume: Any = cfg.resume_from_checkpoint
+        if isinstance(resume, str) and resume.lower() in ("true", "last", "latest"):
+            resume = True
+        elif isinstance(resume, str) and resume.lower() in ("false", "none", ""):
+            resume = None
+        trainer.train(resume_from_checkpoint=resume)
+        trainer._sync_policy()  # the last optimizer step's weights, for the evaluation after
+        final_model = trainer.policy.current
+        trainer.save_model(str(out / "final"))
+
+        if script_args.eval_after and state.is_main_process:
+            print(f"evaluating the trained policy ({final_model}) …", file=sys.stderr)
+            evals["after"] = _evaluate(eval_tasks, base_url=base_url, model=final_model, k=k, cfg=cfg,
+                                       out=out / "eval_after")  # fmt: skip
+        state.wait_for_everyone()
+        if state.is_main_process:
+            figures = _report(out, evals, k, trainer, started)
+            plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png",
+                              eval_before=evals.get("before", {}).get("all", {}).get(f"avg@{k}"),
+                              eval_after=evals.get("after", {}).get("all", {}).get(f"avg@{k}"), k=k)  # fmt: skip
+            print(json.dumps(figures))
+        if isinstance(trainer.policy, LoraSync) and state.is_main_process and not server:
+            trainer.policy.close()
+    finally:
+        if server is not None:
+            server.stop()
+    return figures
+
+
+def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, started: float) -> dict[str, Any]:
+    from langgraph_evolver.types import read_jsonl
+
+    figures: dict[str, Any] = {}
+    for when in ("before", "after"):
+        e = evals.get(when, {}).get("all")
+        if e:
+            figures[f"eval_{when}_avg"] = e[f"avg@{k}"]
+            figures[f"eval_{when}_best"] = e[f"best@{k}"]
+            figures[f"eval_{when}_success"] = e["success"]
+            figures[f"eval_{when}_well_formed"] = e["well_formed_calls"]
+    if "before" in evals and "after" in evals:
+        figures["eval_delta_avg"] = round(figures["eval_after_avg"] - figures["eval_before_avg"], 4)
+        for level in sorted(key for key in evals["after"] if key.startswith("level")):
+            if level in evals["before"]:
+                figures[f"eval_{level}_avg"] = [evals["before"][level][f"avg@{k}"], evals["after"][level][f"avg@{k}"]]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "reward" in r] if (out / "metrics.jsonl").exists() else []
+    figures.update(
+        steps=trainer.state.global_step,
+        eval_samples=evals.get("after", evals.get("before", {})).get("all", {}).get("samples", 0),
+        train_reward_first=rows[0]["reward"] if rows else None,
+        train_reward_last=rows[-1]["reward"] if rows else None,
+        zero_variance_share_mean=round(sum(r.get("zero_variance_share", 0) for r in rows) / len(rows), 4) if rows else None,
+        step_s_mean=round(sum(r.get("step_s", 0) for r in rows) / len(rows), 2) if rows else None,
+        final_model=trainer.policy.current,
+        wall_s=round(time.perf_counter() - started, 1),
+    )
+    (out / "summary.json").write_text(json.dumps(figures, indent=2))
+    return figures
+
+
+def cli(argv: list[str] | None = None) -> dict[str, Any]:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("trainers").setLevel(logging.INFO)
+    try:
+        try:
+            script_args, cfg, model_args = make_parser().parse_args_and_config(argv)
+        except ValueError as e:  # TRL's own config checks
+            raise ConfigError(str(e)) from None
+        return main(script_args, cfg, model_args)
+    except EvolverError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    cli()

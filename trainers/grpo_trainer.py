@@ -1,0 +1,314 @@
+"""``EvolverGRPOTrainer``: TRL's GRPOTrainer fed by LangGraph agent rollouts.
+
+TRL generates one completion per prompt; an agent makes several LLM calls per task with tool
+results in between. This subclass keeps TRL's loss, optimizer, DeepSpeed/accelerate plumbing,
+checkpointing and logging, and replaces where the batch comes from:
+
+1. Each dataset row is a task; TRL's sampler repeats it ``num_generations`` times. Every row
+   becomes one run of the agent graph (``graphs/agent.py``) against a fresh environment, at the
+   policy endpoint, concurrently.
+2. Rewards: the environment's outcome score minus ``malformed_call_penalty`` per malformed call.
+   GRPO advantages over the rollouts of one task (gathered across ranks). A rollout that failed
+   for reasons outside the policy (endpoint or environment down) is recorded and left out.
+3. Each LLM call is a transition (exact prompt/completion ids and the **behaviour logprobs**
+   from the endpoint). Those logprobs are the ``old_per_token_logps`` of the loss: TRL's default
+   (old = detached current) makes the ratio exactly 1, so clipping would never act.
+4. Calls of a rollout whose prompts extend each other are merged into one row; rows are split
+   into ``steps_per_generation`` micro-batches of near-equal tokens; every rank gets the same
+   number of rows (fully masked padding rows), so collectives line up.
+5. The upper clip bound is per token (per transition), so selective boosting can widen it.
+6. Before generating, the new weights are published to the endpoint (``trainers/sync.py``);
+   each transition records the version that sampled it, and staleness is logged.
+
+Departure from TRL: groups whose rewards are all equal (and failed rollouts) contribute no rows,
+as in DAPO's dynamic sampling; they are counted (``zero_variance_share``) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOTrainer
+
+from langgraph_evolver.advantages import group_advantages
+from langgraph_evolver.types import Task, Trajectory, write_jsonl
+
+from .config import EvolverGRPOConfig
+from .samples import Sample, balanced_chunks, collate, padding_sample, trajectory_samples
+
+__all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward"]
+
+logger = logging.getLogger(__name__)
+
+
+def malformed_calls(trajectory: Trajectory) -> int:
+    """Turns whose output could not be executed as a tool call (parse errors, bad tools/arguments)."""
+    return sum(1 for s in trajectory.steps if s.error)
+
+
+def shaped_reward(trajectory: Trajectory, malformed_call_penalty: float) -> float | None:
+    """Outcome reward minus the malformed-call penalty; ``None`` when the rollout itself failed."""
+    if trajectory.finish_reason == "error" or trajectory.reward is None or not trajectory.transitions:
+        return None
+    return float(trajectory.reward) - malformed_call_penalty * malformed_calls(trajectory)
+
+
+def environment_reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    """TRL requires a reward source at construction; here rewards come from ``Environment.evaluate``
+    inside each rollout, so TRL's reward path is never taken. Reaching this is a bug."""
+    raise RuntimeError("environment_reward is only a marker: EvolverGRPOTrainer scores whole rollouts itself.")
+
+
+class EvolverGRPOTrainer(GRPOTrainer):
+    """GRPO on agent rollouts (see the module docstring).
+
+    Args:
+        model: A model path or ``PreTrainedModel`` (the same weights the endpoint serves).
+        args: The training config.
+        train_dataset: Rows with a ``task`` column (``Task.to_dict()`` as JSON); see
+            ``trainers.grpo.task_dataset``.
+        policy: The publisher that keeps the endpoint current (``LoraSync`` / ``FullSync``),
+            with ``current`` = the served name to sample from; may be set after construction.
+        policy_base_url: The endpoint's ``…/v1`` URL.
+        env_factory: ``Task -> Environment`` (default: the task's registry id, in-process).
+        rollout_callbacks: LangChain callbacks for every rollout (tracing).
+    """
+
+    _tag_names = ["trl", "grpo", "langgraph-evolver"]
+
+    def __init__(
+        self,
+        model: Any,
+        args: EvolverGRPOConfig,
+        train_dataset: Any,
+        *,
+        processing_class: Any = None,
+        peft_config: Any = None,
+        policy: Any = None,
+        policy_base_url: str = "",
+        env_factory: Callable[[Task], Any] | None = None,
+        rollout_callbacks: list | None = None,
+        callbacks: list | None = None,
+    ) -> None:
+        super().__init__(model=model, reward_funcs=[environment_reward], args=args, train_dataset=train_dataset,
+                         processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)  # fmt: skip
+        self.policy = policy
+        self.policy_base_url = policy_base_url
+        self.env_factory = env_factory
+        self.rollout_callbacks = rollout_callbacks or []
+        self._synced_step: int | None = None
+        self._version_steps: dict[str, int] = {}
+        self._last_logps: torch.Tensor | None = None
+        window = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
+        self.max_sample_length = args.max_sample_length or window
+        self.last_trajectories: list[Trajectory] = []
+
+    # -- batches ---------------------------------------------------------------------------------
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        if not self.model.training:
+            raise NotImplementedError("In-loop evaluation is not supported; trainers.grpo evaluates before and after "
+                                      "training on held-out tasks (eval_strategy must stay 'no').")  # fmt: skip
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            self._buffered_inputs = self._generate_and_score_completions(generation_batch)
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _sync_policy(self) -> None:
+        """Publish the current weights if an optimizer step happened since the last publish."""
+        step = self.state.global_step
+        if self.policy is None or self._synced_step == step:
+            return
+        if step == 0 and self._synced_step is None:  # the untrained adapter is the base model: nothing to send
+            self._synced_step = 0
+            self._version_steps[self.policy.current] = 0
+            return
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        name = None
+        if getattr(self.policy, "all_ranks", False):  # full weights: TRL gathers and streams collectively
+            name = self.policy.publish(unwrapped, step)
+        else:
+            with self._dist.gather_params(list(unwrapped.parameters())):  # ZeRO-3: every rank takes part
+                if self.accelerator.is_main_process:
+                    name = self.policy.publish(unwrapped, step)
+        name = gather_object([name])[0]  # the main process's name, on every rank, once it is served
+        self.policy.current = name
+        self._version_steps[name] = step
+        self._synced_step = step
+        self._metrics["train"]["policy/sync_s"].append(getattr(self.policy, "last_sync_s", 0.0))
+
+    def _run_rollouts(self, items: list[tuple[Task, str, int]]) -> list[Trajectory]:
+        from graphs.agent import create_agent_graph
+        from langgraph_evolver.chat_model import PolicyChatModel
+        from langgraph_evolver.rollout import arun_rollout_items
+
+        model_name = self.policy.current if self.policy is not None else None
+        chat = PolicyChatModel(base_url=self.policy_base_url, model=model_name, temperature=self.temperature,
+                               max_tokens=self.max_completion_length, timeout=600, max_retries=1)  # fmt: skip
+        graph = create_agent_graph(chat, context_template=self.args.context_template, max_turns=self.args.max_turns)
+        return asyncio.run(arun_rollout_items(graph, items, concurrency=self.args.rollout_concurrency,
+                                              env_factory=self.env_factory, callbacks=self.rollout_callbacks,
+                                              progress="rollouts" if self.accelerator.is_main_process else False))  # fmt: skip
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # type: ignore[override]
+        args, acc = self.args, self.accelerator
+        metrics = self._metrics["train"]
+        self._sync_policy()
+        step = self.state.global_step
+        g = self.num_generations
+        offset = acc.process_index * len(inputs)
+        tasks = [Task.from_dict(json.loads(row["task"])) for row in inputs]
+        items = [(t, f"step{step}/{t.id}#{(offset + i) // g}", (offset + i) % g) for i, t in enumerate(tasks)]
+        started = time.perf_counter()
+        trajectories = self._run_rollouts(items)
+        rollout_s = time.perf_counter() - started
+        self.last_trajectories = trajectories
+
+        # Rewards and group advantages over every rank's rollouts.
+        local = [(traj.group_id, shaped_reward(traj, args.malformed_call_penalty), traj.reward) for traj in trajectories]
+        everything = gather_object(local)
+        adv = group_advantages([r for _, r, _ in everything], [gid for gid, _, _ in everything], scale=args.scale_rewards)
+        local_adv = adv.advantages[offset : offset + len(trajectories)]
+
+        samples: list[Sample] = []
+        for traj, a in zip(trajectories, local_adv, strict=True):
+            if a is None or a == 0.0:
+                continue
+            samples.extend(trajectory_samples(traj, a, epsilon_high=self.epsilon_high,
+                                              merge=args.merge_prefix_transitions, max_length=self.max_sample_length))  # fmt: skip
+        trained_tokens = sum(s.trained_tokens for s in samples)
+        counts = gather_object([(len(samples), trained_tokens)])
+        rows = max(max(c for c, _ in counts), 1)
+        rows = math.ceil(rows / args.steps_per_generation) * args.steps_per_generation
+        pad_id = self._tokenizer.pad_token_id
+        samples += [padding_sample(pad_id, self.epsilon_high) for _ in range(rows - len(samples))]
+        global_tokens = sum(t for _, t in counts)
+        if global_tokens == 0 and acc.is_main_process:
+            logger.warning("step %d: no usable rollouts (%d failed, %d of %d groups zero-variance); this step has no "
+                           "gradient.", step, sum(r is None for _, r, _ in everything), adv.zero_variance_groups,
+                           adv.groups)  # fmt: skip
+
+        batches = []
+        num_items = torch.tensor(float(global_tokens), device=acc.device)
+        for chunk in balanced_chunks(samples, args.steps_per_generation):
+            batch = {k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}
+            batch["num_items_in_batch"] = num_items
+            if self.beta != 0.0:
+                batch["ref_per_token_logps"] = self._reference_logps(batch)
+            batches.append(batch)
+
+        self._log_generation(everything, adv, trajectories, samples, rollout_s, step)
+        self._save_trajectories(trajectories, step)
+        metrics["rollout/time_s"].append(rollout_s)
+        return batches
+
+    @torch.no_grad()
+    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        from trl.trainer.utils import use_adapter
+
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep = batch["completion_ids"].size(1)
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention, keep)[0]
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention, keep)[0]
+
+    # -- loss ---------------------------------------------------------------------------------------
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if kwargs.get("compute_entropy"):
+            self._last_logps = out[0].detach()
+        return out
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss with a per-token upper clip bound and a behaviour-vs-trainer logprob check."""
+        eps_high = inputs.get("epsilon_high")
+        saved = self.epsilon_low, self.epsilon_high
+        if eps_high is not None:
+            self.epsilon_low = torch.full_like(eps_high, float(saved[0]))
+            self.epsilon_high = eps_high
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self.epsilon_low, self.epsilon_high = saved
+        # On the first pass over fresh rollouts (before any update in this window) the trainer's
+        # logprobs must match the endpoint's; a gap means the endpoint serves other weights or samples
+        # from a different distribution (top-k, another temperature, stale adapter).
+        fresh = self._step % (self.args.steps_per_generation * self.num_iterations) < self.args.gradient_accumulation_steps
+        if fresh and self._last_logps is not None and "old_per_token_logps" in inputs:
+            mask = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+            gap = (self._last_logps - inputs["old_per_token_logps"]).abs()[mask]
+            stats = torch.stack([gap.sum(), torch.tensor(float(gap.numel()), device=gap.device),
+                                 gap.max() if gap.numel() else torch.tensor(0.0, device=gap.device)])  # fmt: skip
+            total = self.accelerator.gather(stats.unsqueeze(0))
+            count = total[:, 1].sum().item()
+            if count:
+                self._metrics["train"]["policy/logp_gap_mean"].append(total[:, 0].sum().item() / count)
+                self._metrics["train"]["policy/logp_gap_max"].append(total[:, 2].max().item())
+        return loss
+
+    # -- logging ------------------------------------------------------------------------------------
+    def _log_generation(self, everything: list, adv: Any, trajectories: list[Trajectory], samples: list[Sample],
+                        rollout_s: float, step: int) -> None:  # fmt: skip
+        m = self._metrics["train"]
+        outcome = [r for _, _, r in everything if r is not None]
+        shaped = [r for _, r, _ in everything if r is not None]
+        stats = gather_object([self._rollout_stats(trajectories, samples, step)])
+        total = {k: sum(s[k] for s in stats) if k != "failed_reasons" else "".join(s[k] for s in stats)
+                 for k in stats[0]}  # fmt: skip
+        m["reward"].append(statistics.fmean(outcome) if outcome else 0.0)
+        m["reward_std"].append(statistics.pstdev(outcome) if len(outcome) > 1 else 0.0)
+        m["reward_shaped"].append(statistics.fmean(shaped) if shaped else 0.0)
+        m["success"].append(sum(r == 1.0 for r in outcome) / len(outcome) if outcome else 0.0)
+        m["zero_variance_share"].append(adv.zero_variance_share)
+        m["frac_reward_zero_std"].append(adv.zero_variance_share)
+        m["rollout/failed"].append(sum(r is None for _, r, _ in everything))
+        m["rollout/turns_mean"].append(total["turns"] / max(total["rollouts"], 1))
+        m["rollout/well_formed_calls"].append(1 - total["malformed"] / max(total["attempts"], 1))
+        m["rollout/per_s"].append(total["rollouts"] / max(rollout_s, 1e-9))
+        m["samples/rows"].append(total["rows"])
+        m["samples/transitions"].append(total["transitions"])
+        m["samples/trained_tokens"].append(total["trained_tokens"])
+        m["samples/row_tokens"].append(total["row_tokens"])
+        if total["staleness_n"]:
+            m["policy/staleness_mean"].append(total["staleness"] / total["staleness_n"])
+        if self.accelerator.is_main_process and total["failed_reasons"]:
+            logger.warning("step %d: %d rollouts failed (left out of their groups): %s", step,
+                           m["rollout/failed"][-1], total["failed_reasons"][:300])  # fmt: skip
+
+    def _rollout_stats(self, trajectories: list[Trajectory], samples: list[Sample], step: int) -> dict[str, Any]:
+        attempts = malformed = turns = staleness = staleness_n = 0
+        reasons = ""
+        for t in trajectories:
+            turns += len(t.steps)
+            malformed += malformed_calls(t)
+            attempts += sum(1 for s in t.steps if s.action.tool_calls or s.error)
+            for tr in t.transitions:
+                if tr.model_version in self._version_steps:
+                    staleness += step - self._version_steps[tr.model_version]
+                    staleness_n += 1
+            if t.finish_reason == "error" and t.errors:
+                reasons += t.errors[-1][:120] + "; "
+        real = [s for s in samples if s.transitions]
+        return {"rollouts": len(trajectories), "turns": turns, "malformed": malformed, "attempts": attempts,
+                "rows": len(real), "transitions": sum(s.transitions for s in real),
+                "trained_tokens": sum(s.trained_tokens for s in real), "row_tokens": sum(len(s) for s in real),
+                "staleness": staleness, "staleness_n": staleness_n, "failed_reasons": reasons}  # fmt: skip
+
+    def _save_trajectories(self, trajectories: list[Trajectory], step: int) -> None:
+        if not self.args.save_trajectories or not self.accelerator.is_main_process:
+            return
+        out = Path(self.args.output_dir) / "trajectories"
+        out.mkdir(parents=True, exist_ok=True)
+        write_jsonl(out / f"step_{step:05d}.jsonl", trajectories[: self.args.save_trajectories])

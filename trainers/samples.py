@@ -1,0 +1,188 @@
+"""Trajectories → training samples → padded tensors.
+
+A *sample* is one row the loss sees: a prompt, then a completion region whose tokens are either
+sampled by the policy (trained: they carry a behaviour logprob, an advantage and an upper clip
+bound) or context that arrived between two calls (tool observations, the next turn's template
+tokens: masked out).
+
+One LLM call is one sample. With the causal context template each call's prompt is the previous
+prompt + the previous completion + the new observation, token for token, so consecutive calls of
+one trajectory *may* be merged into one sample: the shared prefix is then computed once instead
+of once per turn. Merging only happens where that prefix relation holds exactly (checked on the
+ids, never assumed) and the merged row stays under ``max_length``.
+
+Rows are padded the TRL way: prompts on the left (``prompt_mask``), completions on the right
+(``completion_mask`` = attended, ``tool_mask`` = trained).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_evolver.types import Trajectory, Transition
+
+__all__ = [
+    "Sample",
+    "balanced_chunks",
+    "collate",
+    "padding_sample",
+    "trajectory_samples",
+]
+
+
+@dataclass(slots=True, kw_only=True)
+class Sample:
+    """One training row (plain lists; see the module docstring)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    train_mask: list[int] = field(default_factory=list)
+    """1 where the token was sampled by the policy (it gets a gradient), 0 for context."""
+    old_logps: list[float] = field(default_factory=list)
+    """Behaviour logprobs as sampled (0.0 on context tokens, which are masked)."""
+    advantages: list[float] = field(default_factory=list)
+    epsilon_high: list[float] = field(default_factory=list)
+    transitions: int = 0
+    model_versions: list[str] = field(default_factory=list)
+    trajectory_id: str = ""
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.train_mask)
+
+    def _append(self, ids: Sequence[int], *, trained: bool, logps: Sequence[float] = (),
+                advantage: float = 0.0, epsilon_high: float = 0.0) -> None:  # fmt: skip
+        n = len(ids)
+        self.completion_ids.extend(ids)
+        self.train_mask.extend([int(trained)] * n)
+        self.old_logps.extend(logps if trained else [0.0] * n)
+        self.advantages.extend([advantage if trained else 0.0] * n)
+        self.epsilon_high.extend([epsilon_high] * n)
+
+    def _add_call(self, tr: Transition, advantage: float, epsilon_high: float) -> None:
+        self._append(tr.completion_ids, trained=True, logps=tr.logprobs, advantage=advantage, epsilon_high=epsilon_high)
+        self.transitions += 1
+        self.model_versions.append(tr.model_version)
+
+
+def _extends(sample: Sample, tr: Transition) -> bool:
+    """True when ``tr``'s prompt starts with everything ``sample`` holds (exact ids)."""
+    n_prompt, n = len(sample.prompt_ids), len(sample)
+    if len(tr.prompt_ids) < n:
+        return False
+    return (list(tr.prompt_ids[:n_prompt]) == sample.prompt_ids
+            and list(tr.prompt_ids[n_prompt:n]) == sample.completion_ids)  # fmt: skip
+
+
+def trajectory_samples(
+    trajectory: Trajectory,
+    step_advantages: float | Sequence[float],
+    *,
+    epsilon_high: float | Sequence[float] = 0.28,
+    merge: bool = True,
+    max_length: int | None = None,
+) -> list[Sample]:
+    """The training rows of one trajectory.
+
+    Args:
+        trajectory: A finished rollout; steps without a transition (no token ids) are skipped.
+        step_advantages: One advantage for the whole trajectory (GRPO), or one per transition
+            (step-level credit, e.g. ADCA), broadcast to that call's completion tokens.
+        epsilon_high: The upper clip bound, for all calls or one per transition (selective
+            boosting widens it for some calls).
+        merge: Merge consecutive calls whose prompts extend each other into one row.
+        max_length: Never merge a row beyond this many tokens (the model's window).
+    """
+    transitions = trajectory.transitions
+    n = len(transitions)
+    advs = [float(step_advantages)] * n if isinstance(step_advantages, int | float) else [float(a) for a in step_advantages]
+    eps = [float(epsilon_high)] * n if isinstance(epsilon_high, int | float) else [float(e) for e in epsilon_high]
+    if len(advs) != n or len(eps) != n:
+        raise ValueError(f"Trajectory {trajectory.id} has {n} transitions but {len(advs)} advantages and "
+                         f"{len(eps)} clip bounds; give one value or one per transition.")  # fmt: skip
+    samples: list[Sample] = []
+    current: Sample | None = None
+    for tr, adv, eh in zip(transitions, advs, eps, strict=True):
+        fits = max_length is None or len(tr.prompt_ids) + len(tr.completion_ids) <= max_length
+        if merge and current is not None and fits and _extends(current, tr):
+            current._append(tr.prompt_ids[len(current) :], trained=False, epsilon_high=eh)
+            current._add_call(tr, adv, eh)
+            continue
+        current = Sample(prompt_ids=list(tr.prompt_ids), trajectory_id=trajectory.id)
+        current._add_call(tr, adv, eh)
+        samples.append(current)
+    return samples
+
+
+def padding_sample(pad_token_id: int, epsilon_high: float = 0.28) -> Sample:
+    """A fully masked row (one pad prompt token, one masked completion token): no gradient.
+
+    Used so that every rank runs the same number of micro-batches and collectives line up.
+    """
+    s = Sample(prompt_ids=[pad_token_id], trajectory_id="<padding>")
+    s._append([pad_token_id], trained=False, epsilon_high=epsilon_high)
+    return s
+
+
+def balanced_chunks(samples: Sequence[Sample], num_chunks: int) -> list[list[Sample]]:
+    """Split samples into ``num_chunks`` groups of near-equal token counts.
+
+    Longest first, each to the lightest chunk (LPT); rows of similar length then share a chunk
+    less often than with a random split, but no chunk is much heavier than another, which is
+    what bounds the step time. Every chunk gets at least one row when there are enough rows.
+    """
+    if num_chunks < 1:
+        raise ValueError("num_chunks must be >= 1")
+    chunks: list[list[Sample]] = [[] for _ in range(num_chunks)]
+    loads = [0] * num_chunks
+    for s in sorted(samples, key=len, reverse=True):
+        i = min(range(num_chunks), key=lambda j: (loads[j], len(chunks[j])))
+        chunks[i].append(s)
+        loads[i] += len(s)
+    return chunks
+
+
+def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
+    """Pad rows into the tensors TRL's loss reads (prompts left-padded, completions right-padded)."""
+    import torch
+
+    if not samples:
+        raise ValueError("collate needs at least one sample")
+    p_len = max(len(s.prompt_ids) for s in samples)
+    c_len = max(len(s.completion_ids) for s in samples)
+    b = len(samples)
+    prompt_ids = torch.full((b, p_len), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((b, p_len), dtype=torch.long)
+    completion_ids = torch.full((b, c_len), pad_token_id, dtype=torch.long)
+    completion_mask = torch.zeros((b, c_len), dtype=torch.long)
+    tool_mask = torch.zeros((b, c_len), dtype=torch.long)
+    old_logps = torch.zeros((b, c_len), dtype=torch.float32)
+    advantages = torch.zeros((b, c_len), dtype=torch.float32)
+    eps_high = torch.zeros((b, c_len), dtype=torch.float32)
+    for i, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        prompt_ids[i, p_len - p :] = torch.tensor(s.prompt_ids)
+        prompt_mask[i, p_len - p :] = 1
+        completion_ids[i, :c] = torch.tensor(s.completion_ids)
+        completion_mask[i, :c] = 1
+        tool_mask[i, :c] = torch.tensor(s.train_mask)
+        old_logps[i, :c] = torch.tensor(s.old_logps)
+        advantages[i, :c] = torch.tensor(s.advantages)
+        eps_high[i, :c] = torch.tensor(s.epsilon_high)
+        if c and not any(s.train_mask):  # a padding row attends to nothing it could learn from
+            completion_mask[i, :c] = 0
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "tool_mask": tool_mask,
+        "old_per_token_logps": old_logps,
+        "advantages": advantages,
+        "epsilon_high": eps_high,
+    }
