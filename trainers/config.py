@@ -129,7 +129,7 @@ class EvolverGRPOConfig(GRPOConfig):
     max_completion_length: int | None = field(default=128, metadata={"help": "Max tokens per LLM call."})
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: only on GPU)."})
-    report_to: Any = field(default="tensorboard", metadata={"help": "Loggers (tensorboard, wandb, none, ...)."})
+    report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Loggers (tensorboard, wandb, none, ...)."})
     remove_unused_columns: bool | None = field(default=False, metadata={"help": "Keep the task column."})
 
     def __post_init__(self) -> None:

@@ -68,7 +68,16 @@ def make_parser() -> Any:
 
     from .config import EvolverGRPOConfig
 
-    return TrlParser((ScriptArguments, EvolverGRPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EvolverGRPOConfig, ModelConfig))
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        # DeepSpeed without a GPU (e.g. trainers/accelerate_configs/zero2_cpu_2proc.yaml): accelerate leaves the
+        # process-group backend unset there and then counts 1 process on every rank; name DeepSpeed's own
+        # (gloo, or ccl with oneCCL). The config file or --ddp_backend still override it.
+        from deepspeed.accelerator import get_accelerator
+
+        if get_accelerator().device_name() == "cpu":
+            parser.set_defaults(ddp_backend=get_accelerator().communication_backend_name())
+    return parser
 
 
 def task_dataset(tasks: list[Task], level_weights: dict[int, float] | None = None) -> Any:
@@ -216,6 +225,11 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
                                      rollout_callbacks=langsmith_callbacks(project="langgraph-evolver-train"),
                                      callbacks=callbacks)  # fmt: skip
         trainer.remove_callback(ProgressCallback)
+        if state.is_main_process:
+            ds_plugin = trainer.accelerator.state.deepspeed_plugin
+            logger.info("training on %d process(es), %s%s", trainer.accelerator.num_processes,
+                        trainer.accelerator.distributed_type.value,
+                        f" ZeRO stage {ds_plugin.zero_stage}" if trainer.is_deepspeed_enabled else "")  # fmt: skip
         if cfg.sync_mode == "lora":
             trainer.policy = LoraSync(base_url, base_model, out / "served_adapters", keep=cfg.keep_adapter_versions)
         else:

@@ -1,0 +1,268 @@
+"""Training-path speed of ``EvolverGRPOTrainer`` against a plain TRL ``GRPOTrainer``, and what merging saves.
+
+    python benchmarks/trainer.py            # ~8 min on 2 cores
+    python benchmarks/trainer.py --quick    # ~2 min
+
+1. Records real rollouts once: the committed tiny policy (``checkpoints/tiny-policy``) behind the
+   local policy server, ``k`` samples of sandbox train tasks (levels 2-3, which vary in reward).
+2. Times optimizer steps of three trainers on those recordings (generation excluded: rollouts are
+   replayed), LoRA (the quickstart's adapter) on the same tiny model, same config (beta=0, dapo,
+   fp32, no gradient checkpointing), same ``num_generations`` and ``gradient_accumulation_steps``:
+
+   - ``trl``: ``GRPOTrainer`` with a ``rollout_func`` returning every LLM call of the chosen groups
+     as one single-turn row (prompt ids, completion ids, behaviour logprobs) and a reward function
+     returning the recorded reward of its rollout;
+   - ``ours``: ``EvolverGRPOTrainer`` whose ``_run_rollouts`` returns the recorded trajectories,
+     ``merge_prefix_transitions=False``: one row per call, so exactly the rows TRL trains on;
+   - ``ours_merged``: the same with merging (the default): fewer rows, fewer tokens.
+
+   Every optimizer step consumes all chosen groups, so each variant trains on the same tokens
+   every step. ``per_device_train_batch_size`` counts rollouts for ours and rows for TRL; both
+   are set so that a micro-batch holds the same rows (TRL: calls / accumulation steps). Groups
+   are chosen so that every rollout has a non-zero advantage (no row is dropped by ours, every
+   row has a gradient); the last call(s) of the longest rollout may be left out so that the
+   number of calls divides into TRL's batches. Time per step: median of the intervals between
+   optimizer steps after one warm-up step, over interleaved rounds.
+3. ``merged_token_ratio``: tokens (prompt + completion, summed over rows) of the longest recorded
+   causal trajectories (10 turns when any reached ``max_turns``) with merging over without.
+
+Ends with one JSON line (``step_time_ratio_vs_trl`` = ours / trl, target <= 1.15).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from langgraph_evolver.types import Trajectory  # noqa: E402
+
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def record(model_path: str, n_tasks: int, k: int) -> list[Trajectory]:
+    from env_tools.base import load_environment
+    from trainers.evaluate import evaluate_endpoint
+    from trainers.serving import PolicyServerProcess
+
+    env = load_environment("sandbox")
+    tasks = env.list_tasks("train")
+    env.close()
+    harder = [t for t in tasks if t.metadata.get("level", 1) >= 2] or tasks
+    picked = harder[:: max(1, len(harder) // n_tasks)][:n_tasks]
+    with PolicyServerProcess(model_path) as server:
+        return asyncio.run(evaluate_endpoint(picked, base_url=server.base_url, model=server.model_name, k=k,
+                                             progress=False))  # fmt: skip
+
+
+def choose_groups(trajs: list[Trajectory], n_groups: int, mult: int, penalty: float) -> dict[str, list[Trajectory]]:
+    """The ``n_groups`` smallest tasks whose every rollout has a non-zero advantage; calls trimmed to a multiple of
+    ``mult``."""
+    from langgraph_evolver.advantages import group_advantages
+    from trainers.grpo_trainer import shaped_reward
+
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        by_task[t.task.id].append(t)
+    valid = []
+    for task_id, group in by_task.items():
+        adv = group_advantages([shaped_reward(t, penalty) for t in group], [task_id] * len(group))
+        if all(a is not None and a != 0.0 for a in adv.advantages):
+            valid.append((sum(len(t.transitions) for t in group), task_id))
+    # the groups with the fewest calls: a step on 2 CPU cores costs about 1.5 s per 1000 tokens
+    chosen = {task_id: list(by_task[task_id]) for _, task_id in sorted(valid)[:n_groups]}
+    if len(chosen) < n_groups:
+        raise SystemExit(f"only {len(chosen)} of {len(by_task)} recorded groups have non-zero advantages for every "
+                         f"rollout; {n_groups} are needed (record more tasks with --tasks).")  # fmt: skip
+    extra = sum(len(t.transitions) for g in chosen.values() for t in g) % mult
+    if extra:  # drop the last calls' transitions, not the steps: the shaped reward keeps its malformed calls
+        task_id, i = max(((tid, i) for tid, g in chosen.items() for i in range(len(g))),
+                         key=lambda ti: len(chosen[ti[0]][ti[1]].transitions))  # fmt: skip
+        traj = chosen[task_id][i]
+        with_ids = [j for j, s in enumerate(traj.steps) if s.transition is not None][-extra:]
+        steps = tuple(dataclasses.replace(s, transition=None) if j in with_ids else s for j, s in enumerate(traj.steps))
+        chosen[task_id][i] = dataclasses.replace(traj, steps=steps)
+    return chosen
+
+
+def step_timer():  # noqa: ANN201
+    """A callback noting wall and CPU time at the end of every optimizer step (and at the start of training)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.marks: list[tuple[float, float]] = []
+
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+            self.marks = [(time.perf_counter(), time.process_time())]
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+            self.marks.append((time.perf_counter(), time.process_time()))
+
+        def steps_s(self) -> list[tuple[float, float]]:
+            """(wall, CPU) seconds per optimizer step, the first (warm-up) left out."""
+            return [(b[0] - a[0], b[1] - a[1]) for a, b in zip(self.marks[1:], self.marks[2:], strict=False)]
+
+    return StepTimer()
+
+
+def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path: str, ga: int, k: int,
+                steps: int, out: str) -> tuple[list[float], dict[str, int]]:  # fmt: skip
+    """Train ``steps`` + 1 optimizer steps of one variant; returns per-step seconds (warm-up excluded) and counts."""
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainers.config import EvolverGRPOConfig
+    from trainers.grpo import task_dataset
+    from trainers.grpo_trainer import EvolverGRPOTrainer, shaped_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    lora = LoraConfig(r=32, lora_alpha=64, lora_dropout=0.0, target_modules=LORA_MODULES, task_type="CAUSAL_LM")
+    trajs = [t for g in groups.values() for t in g]
+    calls = sum(len(t.transitions) for t in trajs)
+    common = dict(output_dir=out, num_generations=k, gradient_accumulation_steps=ga, max_steps=steps + 1,
+                  learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0, loss_type="dapo", epsilon=0.2,
+                  epsilon_high=0.28, temperature=1.0, max_completion_length=128, gradient_checkpointing=False,
+                  bf16=False, report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
+                  remove_unused_columns=False)  # fmt: skip
+    timer = step_timer()
+    counted = Counter()
+
+    if variant == "trl":
+        # Every call one row; rows dealt by reward into groups of k so that each group's rewards differ.
+        rows = sorted(((tr, shaped_reward(t, 0.1)) for t in trajs for tr in t.transitions), key=lambda x: x[1])
+        n = len(rows) // k
+        pseudo = {f"row{c}": rows[c::n] for c in range(n)}
+        from datasets import Dataset
+
+        def replay(prompts: list, trainer: object) -> dict:
+            seen: Counter = Counter()
+            picked = []
+            for p in prompts:
+                picked.append(pseudo[p][seen[p]])
+                seen[p] += 1
+            return {"prompt_ids": [list(tr.prompt_ids) for tr, _ in picked],
+                    "completion_ids": [list(tr.completion_ids) for tr, _ in picked],
+                    "logprobs": [list(tr.logprobs) for tr, _ in picked],
+                    "recorded_reward": [r for _, r in picked]}  # fmt: skip
+
+        def recorded_reward(prompts: list, completions: list, recorded_reward: list, **kwargs: object) -> list:
+            return recorded_reward
+
+        cfg = GRPOConfig(per_device_train_batch_size=calls // ga, **common)
+        trainer = GRPOTrainer(model=model, reward_funcs=[recorded_reward], args=cfg, processing_class=tokenizer,
+                              train_dataset=Dataset.from_list([{"prompt": key} for key in pseudo]),
+                              peft_config=lora, rollout_func=replay, callbacks=[timer])  # fmt: skip
+    else:
+
+        class Replayed(EvolverGRPOTrainer):
+            def _run_rollouts(self, items: list) -> list[Trajectory]:
+                return [dataclasses.replace(groups[task.id][i], group_id=gid) for task, gid, i in items]
+
+        cfg = EvolverGRPOConfig(per_device_train_batch_size=len(trajs) // ga, merge_prefix_transitions=variant ==
+                                "ours_merged", malformed_call_penalty=0.1, **common)  # fmt: skip
+        trainer = Replayed(model, cfg, task_dataset([g[0].task for g in groups.values()]), processing_class=tokenizer,
+                           peft_config=lora, policy=None, policy_base_url="", callbacks=[timer])  # fmt: skip
+    for cb in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(cb)
+    loss = trainer._compute_loss
+
+    def counting_loss(model: object, inputs: dict) -> object:
+        mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+        real = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+        counted.update(
+            rows=int((mask.sum(1) > 0).sum()),
+            trained_tokens=int(mask.sum()),
+            row_tokens=real,
+            padded_tokens=inputs["prompt_ids"].numel() + inputs["completion_ids"].numel(),
+            micro_batches=1,
+        )
+        return loss(model, inputs)
+
+    trainer._compute_loss = counting_loss
+    trainer.train()
+    per_step = {key: value // (steps + 1) for key, value in counted.items()}
+    return timer.steps_s(), per_step
+
+
+def merged_token_ratio(trajs: list[Trajectory]) -> dict[str, float]:
+    from trainers.samples import trajectory_samples
+
+    turns = max(len(t.transitions) for t in trajs)
+    longest = [t for t in trajs if len(t.transitions) == turns]
+    merged = sum(len(s) for t in longest for s in trajectory_samples(t, 1.0, merge=True))
+    unmerged = sum(len(s) for t in longest for s in trajectory_samples(t, 1.0, merge=False))
+    rows = sum(len(trajectory_samples(t, 1.0, merge=True)) for t in longest)
+    return {"merged_token_ratio": round(merged / unmerged, 4), "merged_ratio_turns": turns,
+            "merged_ratio_trajectories": len(longest), "merged_ratio_rows_merged": rows,
+            "merged_ratio_tokens": [merged, unmerged]}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--model", default=str(ROOT / "checkpoints" / "tiny-policy"))
+    p.add_argument("--tasks", type=int, default=None, help="train tasks to record (default 16, quick 12)")
+    p.add_argument("--k", type=int, default=4, help="num_generations = rollouts recorded per task")
+    p.add_argument("--groups", type=int, default=None, help="task groups per optimizer step (default 3, quick 2)")
+    p.add_argument("--ga", type=int, default=2, help="gradient_accumulation_steps")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per round (default 4, quick 3)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of all variants (default 2, quick 1)")
+    args = p.parse_args()
+    n_tasks = args.tasks or (12 if args.quick else 16)
+    n_groups = args.groups or (2 if args.quick else 3)
+    steps, rounds = args.steps or (3 if args.quick else 4), args.rounds or (1 if args.quick else 2)
+    started = time.perf_counter()
+    trajs = record(args.model, n_tasks, args.k)
+    record_s = time.perf_counter() - started
+    print(f"recorded {len(trajs)} rollouts in {record_s:.0f} s", file=sys.stderr)
+    figures: dict = {"rollouts_recorded": len(trajs), "record_s": round(record_s, 1), **merged_token_ratio(trajs)}
+    groups = choose_groups(trajs, n_groups, math.lcm(args.k, args.ga), penalty=0.1)
+    chosen = [t for g in groups.values() for t in g]
+    figures.update(
+        groups_per_step=len(groups),
+        rollouts_per_step=len(chosen),
+        calls_per_step=sum(len(t.transitions) for t in chosen),
+        k=args.k,
+        gradient_accumulation_steps=args.ga,
+    )
+    times: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for variant in ("trl", "ours", "ours_merged"):
+                step_s, counts = run_variant(variant, groups, model_path=args.model, ga=args.ga, k=args.k,
+                                             steps=steps, out=f"{tmp}/{variant}")  # fmt: skip
+                times[variant] += step_s
+                print(f"round {r}: {variant} {[round(1000 * w) for w, _ in step_s]} ms {counts}", file=sys.stderr)
+                figures.update({f"{variant}_{key}_per_step": value for key, value in counts.items()})
+    for variant, values in times.items():
+        figures[f"{variant}_step_ms"] = round(1000 * statistics.median(w for w, _ in values), 1)
+        figures[f"{variant}_step_cpu_ms"] = round(1000 * statistics.median(c for _, c in values), 1)
+        figures[f"{variant}_step_ms_all"] = [round(1000 * w) for w, _ in values]
+    for suffix, ours in (("", "ours"), ("_merged", "ours_merged")):
+        figures[f"step_time_ratio_vs_trl{suffix}"] = round(figures[f"{ours}_step_ms"] / figures["trl_step_ms"], 3)
+        figures[f"step_cpu_ratio_vs_trl{suffix}"] = round(
+            figures[f"{ours}_step_cpu_ms"] / figures["trl_step_cpu_ms"], 3
+        )
+    figures["wall_s"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

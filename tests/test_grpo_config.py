@@ -1,0 +1,58 @@
+"""Bad configs stop `python -m trainers.grpo` with one clear line, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--env_id", "no_such_env"], "Unknown environment 'no_such_env'"),
+        (["--model_name_or_path", "/nonexistent/model"], "not a local directory and HF_HUB_OFFLINE=1"),
+        (["--policy_base_url", "http://127.0.0.1:9/v1"], "unreachable or not OpenAI-compatible"),
+        (["--top_p", "0.9"], "keep top_k=0, top_p=1.0"),
+        (["--use_peft", "false"], "set use_peft: true"),
+        (["--num_generations", "1"], "at least 2 generations"),
+        (["--per_device_train_batch_size", "3", "--gradient_accumulation_steps", "1"], "divisible by num_generations"),
+        (["--level_weights", "1:x"], "level_weights='1:x' is not valid"),
+        (["--level_weights", "1:0,2:0,3:0"], "at least one > 0"),
+        (["--task_split", "nope"], "Unknown split 'nope'"),
+        (["--sync_mode", "full"], "sync_mode=full"),
+        (["--experience", "true"], "experience=true"),
+    ],
+)
+def test_bad_config_fails_with_the_intended_message(flags, message, tmp_path, capsys, monkeypatch):
+    from trainers.grpo import cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        cli(["--config", QUICKSTART, "--output_dir", str(out), *flags])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert message in err, err
+    assert err.strip().startswith("error:")
+    assert not out.exists(), "nothing may be written for a config that cannot run"
+
+
+def test_level_weights_repeat_tasks_deterministically():
+    from env_tools.base import load_environment
+    from trainers.config import parse_level_weights
+    from trainers.grpo import task_dataset
+
+    tasks = load_environment("sandbox").list_tasks("train")
+    weights = parse_level_weights("1:0,2:1,3:2.5")
+    ds = task_dataset(tasks, weights)
+    by_level = {lvl: sum(t.metadata["level"] == lvl for t in tasks) for lvl in (1, 2, 3)}
+    import json
+
+    levels = [json.loads(r)["metadata"]["level"] for r in ds["task"]]
+    assert levels.count(1) == 0 and levels.count(2) == by_level[2]
+    assert 2 * by_level[3] < levels.count(3) < 3 * by_level[3]
+    assert task_dataset(tasks, weights)["task"] == ds["task"]  # same on every rank / run

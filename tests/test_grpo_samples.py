@@ -1,0 +1,114 @@
+"""GRPO advantages, training rows, merging and masks on hand-computed examples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from langgraph_evolver.advantages import group_advantages
+from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
+from trainers.grpo_trainer import shaped_reward
+from trainers.samples import balanced_chunks, collate, padding_sample, trajectory_samples
+
+TASK = Task(id="t1", env="sandbox", query="q")
+
+
+def _traj(transitions: list[Transition], *, reward: float | None = 1.0, errors: int = 0, finish: str = "final_answer"):
+    steps = [Step(index=i, action=Action(content="x"), transition=tr, error="bad call" if i < errors else None)
+             for i, tr in enumerate(transitions)]  # fmt: skip
+    return Trajectory(id="g/0/x", task=TASK, steps=tuple(steps), reward=reward, finish_reason=finish)  # type: ignore[arg-type]
+
+
+def _tr(prompt, completion, logps=None, version="v0"):
+    return Transition(prompt_ids=tuple(prompt), completion_ids=tuple(completion),
+                      logprobs=tuple(logps or [-0.5] * len(completion)), model_version=version)  # fmt: skip
+
+
+# -- advantages ---------------------------------------------------------------------------------
+def test_group_advantages_hand_computed():
+    # group a: rewards 1, 0, 0.5 -> mean 0.5, sample std 0.5 -> (+1, -1, 0) (eps 1e-4)
+    adv = group_advantages([1.0, 0.0, 0.5, 0.2, 0.2], ["a", "a", "a", "b", "b"])
+    assert adv.advantages[:3] == pytest.approx([0.5 / 0.5001, -0.5 / 0.5001, 0.0])
+    assert adv.advantages[3:] == [0.0, 0.0]
+    assert (adv.groups, adv.zero_variance_groups, adv.zero_variance_share) == (2, 1, 0.5)
+
+
+def test_failed_rollouts_are_left_out_of_the_baseline():
+    adv = group_advantages([1.0, None, 0.0, None], ["a", "a", "a", "b"])
+    assert adv.advantages[1] is None and adv.advantages[3] is None
+    assert adv.advantages[0] == pytest.approx(0.5 / (math.sqrt(0.5) + 1e-4))  # mean 0.5, std of (1, 0) = 0.7071
+    assert adv.groups == 1 and adv.zero_variance_groups == 0  # group b has no valid reward at all
+
+
+def test_scale_none_and_batch():
+    none = group_advantages([1.0, 0.0, 0.4, 0.0], ["a", "a", "b", "b"], scale="none")
+    assert none.advantages == pytest.approx([0.5, -0.5, 0.2, -0.2])
+    batch = group_advantages([1.0, 0.0, 0.4, 0.0], ["a", "a", "b", "b"], scale="batch")
+    std = math.sqrt(sum((r - 0.35) ** 2 for r in [1.0, 0.0, 0.4, 0.0]) / 3)
+    assert batch.advantages[0] == pytest.approx(0.5 / (std + 1e-4))
+    with pytest.raises(ValueError, match="must pair up"):
+        group_advantages([1.0], ["a", "b"])
+
+
+def test_single_member_group_is_zero_variance():
+    adv = group_advantages([0.7], ["a"])
+    assert adv.advantages == [0.0] and adv.zero_variance_groups == 1
+
+
+def test_shaped_reward_penalizes_malformed_calls_and_skips_failed_rollouts():
+    t = _traj([_tr([1, 2], [3]), _tr([1, 2, 3, 4], [5])], reward=1.0, errors=1)
+    assert shaped_reward(t, 0.1) == pytest.approx(0.9)
+    assert shaped_reward(_traj([_tr([1], [2])], reward=1.0, finish="error"), 0.1) is None
+    assert shaped_reward(_traj([], reward=1.0), 0.1) is None  # no LLM call recorded: nothing to train
+
+
+# -- rows and merging ---------------------------------------------------------------------------
+def test_prefix_extending_calls_merge_into_one_row_with_masks():
+    t1 = _tr([1, 2, 3], [10, 11], logps=[-0.1, -0.2], version="v1")
+    t2 = _tr([1, 2, 3, 10, 11, 50, 51], [12], logps=[-0.3], version="v2")  # + observation tokens 50, 51
+    rows = trajectory_samples(_traj([t1, t2]), [2.0, -1.0], epsilon_high=[0.28, 0.6])
+    assert len(rows) == 1
+    r = rows[0]
+    assert r.prompt_ids == [1, 2, 3]
+    assert r.completion_ids == [10, 11, 50, 51, 12]
+    assert r.train_mask == [1, 1, 0, 0, 1]
+    assert r.old_logps == [-0.1, -0.2, 0.0, 0.0, -0.3]
+    assert r.advantages == [2.0, 2.0, 0.0, 0.0, -1.0]
+    assert r.epsilon_high == [0.28, 0.28, 0.6, 0.6, 0.6]
+    assert (r.transitions, r.model_versions, r.trained_tokens, len(r)) == (2, ["v1", "v2"], 3, 8)
+
+
+def test_no_merge_when_prompts_do_not_extend_or_when_disabled_or_too_long():
+    t1, t2 = _tr([1, 2, 3], [10]), _tr([1, 2, 9, 10, 50], [12])  # history rewritten (e.g. sliding window)
+    assert len(trajectory_samples(_traj([t1, t2]), 1.0)) == 2
+    t2 = _tr([1, 2, 3, 10, 50], [12])
+    assert len(trajectory_samples(_traj([t1, t2]), 1.0, merge=False)) == 2
+    assert len(trajectory_samples(_traj([t1, t2]), 1.0, max_length=5)) == 2
+    assert len(trajectory_samples(_traj([t1, t2]), 1.0, max_length=6)) == 1
+    with pytest.raises(ValueError, match="one value or one per transition"):
+        trajectory_samples(_traj([t1, t2]), [1.0])
+
+
+def test_collate_pads_prompts_left_and_completions_right():
+    a = trajectory_samples(_traj([_tr([1, 2, 3], [10, 11], logps=[-0.1, -0.2])]), 1.5)[0]
+    b = trajectory_samples(_traj([_tr([4], [12, 13, 14], logps=[-1.0, -2.0, -3.0])]), -0.5)[0]
+    batch = collate([a, b, padding_sample(0)], pad_token_id=0)
+    assert batch["prompt_ids"].tolist() == [[1, 2, 3], [0, 0, 4], [0, 0, 0]]
+    assert batch["prompt_mask"].tolist() == [[1, 1, 1], [0, 0, 1], [0, 0, 1]]
+    assert batch["completion_ids"].tolist() == [[10, 11, 0], [12, 13, 14], [0, 0, 0]]
+    assert batch["completion_mask"].tolist() == [[1, 1, 0], [1, 1, 1], [0, 0, 0]]  # padding row: nothing
+    assert batch["tool_mask"].tolist() == [[1, 1, 0], [1, 1, 1], [0, 0, 0]]
+    assert batch["advantages"].tolist() == [[1.5, 1.5, 0.0], [-0.5, -0.5, -0.5], [0.0, 0.0, 0.0]]
+    assert batch["old_per_token_logps"][1].tolist() == pytest.approx([-1.0, -2.0, -3.0])
+
+
+def test_balanced_chunks_spread_tokens():
+    rows = [padding_sample(0) for _ in range(2)]
+    rows += trajectory_samples(_traj([_tr(list(range(50)), [1] * 50)]), 1.0)
+    rows += trajectory_samples(_traj([_tr(list(range(30)), [1] * 30)]), 1.0)
+    rows += trajectory_samples(_traj([_tr(list(range(20)), [1] * 20)]), 1.0)
+    chunks = balanced_chunks(rows, 2)
+    loads = sorted(sum(len(r) for r in c) for c in chunks)
+    assert loads == [102, 102] and all(chunks)
+    assert len(balanced_chunks(rows, 5)) == 5 and all(balanced_chunks(rows, 5))
