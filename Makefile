@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 demo: install
-	$(BIN)/python -m trainers.evaluate --split test --k 4 --output-dir runs/demo
+	$(BIN)/python -m trainers.grpo --config examples/quickstart.yaml
 
 test: install
 	$(BIN)/python -m pytest -q

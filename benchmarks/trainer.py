@@ -4,7 +4,7 @@
     python benchmarks/trainer.py --quick    # ~2 min
 
 1. Records real rollouts once: the committed tiny policy (``checkpoints/tiny-policy``) behind the
-   local policy server, ``k`` samples of sandbox train tasks (levels 2-3, which vary in reward).
+   local policy server, ``k`` samples of sandbox train tasks of the hardest level (3).
 2. Times optimizer steps of three trainers on those recordings (generation excluded: rollouts are
    replayed), LoRA (the quickstart's adapter) on the same tiny model, same config (beta=0, dapo,
    fp32, no gradient checkpointing), same ``num_generations`` and ``gradient_accumulation_steps``:
@@ -61,8 +61,9 @@ def record(model_path: str, n_tasks: int, k: int) -> list[Trajectory]:
     env = load_environment("sandbox")
     tasks = env.list_tasks("train")
     env.close()
-    harder = [t for t in tasks if t.metadata.get("level", 1) >= 2] or tasks
-    picked = harder[:: max(1, len(harder) // n_tasks)][:n_tasks]
+    top = max(t.metadata.get("level", 1) for t in tasks)  # the hardest level: rollouts differ most and run longest
+    hardest = [t for t in tasks if t.metadata.get("level", 1) == top]
+    picked = hardest[:: max(1, len(hardest) // n_tasks)][:n_tasks]
     with PolicyServerProcess(model_path) as server:
         return asyncio.run(evaluate_endpoint(picked, base_url=server.base_url, model=server.model_name, k=k,
                                              progress=False))  # fmt: skip
@@ -82,7 +83,7 @@ def choose_groups(trajs: list[Trajectory], n_groups: int, mult: int, penalty: fl
         adv = group_advantages([shaped_reward(t, penalty) for t in group], [task_id] * len(group))
         if all(a is not None and a != 0.0 for a in adv.advantages):
             valid.append((sum(len(t.transitions) for t in group), task_id))
-    # the groups with the fewest calls: a step on 2 CPU cores costs about 1.5 s per 1000 tokens
+    # the groups with the fewest calls: a step on one CPU thread costs about 0.25 s per 1000 tokens
     chosen = {task_id: list(by_task[task_id]) for _, task_id in sorted(valid)[:n_groups]}
     if len(chosen) < n_groups:
         raise SystemExit(f"only {len(chosen)} of {len(by_task)} recorded groups have non-zero advantages for every "
@@ -218,16 +219,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--model", default=str(ROOT / "checkpoints" / "tiny-policy"))
-    p.add_argument("--tasks", type=int, default=None, help="train tasks to record (default 16, quick 12)")
+    p.add_argument("--tasks", type=int, default=None, help="train tasks to record (default 24, quick 12)")
     p.add_argument("--k", type=int, default=4, help="num_generations = rollouts recorded per task")
-    p.add_argument("--groups", type=int, default=None, help="task groups per optimizer step (default 3, quick 2)")
+    p.add_argument("--groups", type=int, default=None, help="task groups per optimizer step (default 2, quick 1)")
     p.add_argument("--ga", type=int, default=2, help="gradient_accumulation_steps")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per round (default 4, quick 3)")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of all variants (default 2, quick 1)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per variant and round (default 5, quick 3)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the variants (default 3, quick 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the trainers")
     args = p.parse_args()
-    n_tasks = args.tasks or (12 if args.quick else 16)
-    n_groups = args.groups or (2 if args.quick else 3)
-    steps, rounds = args.steps or (3 if args.quick else 4), args.rounds or (1 if args.quick else 2)
+    n_tasks, n_groups = args.tasks or (12 if args.quick else 24), args.groups or (1 if args.quick else 2)
+    steps, rounds = args.steps or (3 if args.quick else 5), args.rounds or (2 if args.quick else 3)
+    if n_groups * args.k % args.ga:
+        raise SystemExit("groups x k must be a multiple of --ga (each micro-batch of ours gets the same rollouts).")
+    import torch
+
+    torch.set_num_threads(args.threads)
     started = time.perf_counter()
     trajs = record(args.model, n_tasks, args.k)
     record_s = time.perf_counter() - started

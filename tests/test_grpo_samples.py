@@ -9,7 +9,7 @@ import pytest
 from langgraph_evolver.advantages import group_advantages
 from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
 from trainers.grpo_trainer import shaped_reward
-from trainers.samples import balanced_chunks, collate, padding_sample, trajectory_samples
+from trainers.samples import collate, length_grouped_chunks, padded_tokens, padding_sample, trajectory_samples
 
 TASK = Task(id="t1", env="sandbox", query="q")
 
@@ -103,12 +103,13 @@ def test_collate_pads_prompts_left_and_completions_right():
     assert batch["old_per_token_logps"][1].tolist() == pytest.approx([-1.0, -2.0, -3.0])
 
 
-def test_balanced_chunks_spread_tokens():
+def test_length_grouped_chunks_keep_padding_low():
     rows = [padding_sample(0) for _ in range(2)]
-    rows += trajectory_samples(_traj([_tr(list(range(50)), [1] * 50)]), 1.0)
-    rows += trajectory_samples(_traj([_tr(list(range(30)), [1] * 30)]), 1.0)
-    rows += trajectory_samples(_traj([_tr(list(range(20)), [1] * 20)]), 1.0)
-    chunks = balanced_chunks(rows, 2)
-    loads = sorted(sum(len(r) for r in c) for c in chunks)
-    assert loads == [102, 102] and all(chunks)
-    assert len(balanced_chunks(rows, 5)) == 5 and all(balanced_chunks(rows, 5))
+    for n in (50, 48, 30, 20):
+        rows += trajectory_samples(_traj([_tr(list(range(n)), [1] * n)]), 1.0)
+    chunks = length_grouped_chunks(rows, 3)
+    assert [[len(r) for r in c] for c in chunks] == [[100, 96], [60, 40], [2, 2]]
+    assert sum(padded_tokens(c) for c in chunks) == 200 + 120 + 4  # vs 6 x 100 padded to the longest
+    assert all(length_grouped_chunks(rows, 6)) and len(length_grouped_chunks(rows, 6)) == 6
+    with pytest.raises(ValueError):
+        length_grouped_chunks(rows, 0)

@@ -13,6 +13,7 @@ rollout yields one or more training rows (one per LLM call, or fewer when calls 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,10 @@ from trl import GRPOConfig
 from langgraph_evolver.errors import ConfigError
 
 __all__ = ["EvolverGRPOConfig", "parse_level_weights"]
+
+# TRL 1.16 still sets transformers' deprecated `gradient_checkpointing` alias; the warning is not
+# actionable by our users.
+warnings.filterwarnings("ignore", message=r".*`(is_)?gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 def parse_level_weights(spec: str | dict | None) -> dict[int, float]:
@@ -133,10 +138,12 @@ class EvolverGRPOConfig(GRPOConfig):
     remove_unused_columns: bool | None = field(default=False, metadata={"help": "Keep the task column."})
 
     def __post_init__(self) -> None:
-        if self.bf16 is None:
-            import torch
+        import torch
 
+        if self.bf16 is None:
             self.bf16 = bool(torch.cuda.is_available())
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # nothing to pin to; avoids a warning per epoch
         if isinstance(self.env_args, str):
             try:
                 self.env_args = json.loads(self.env_args) if self.env_args.strip() else None

@@ -44,7 +44,7 @@ from langgraph_evolver.advantages import group_advantages
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
-from .samples import Sample, balanced_chunks, collate, padding_sample, trajectory_samples
+from .samples import Sample, collate, length_grouped_chunks, padded_tokens, padding_sample, trajectory_samples
 
 __all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward"]
 
@@ -199,7 +199,9 @@ class EvolverGRPOTrainer(GRPOTrainer):
 
         batches = []
         num_items = torch.tensor(float(global_tokens), device=acc.device)
-        for chunk in balanced_chunks(samples, args.steps_per_generation):
+        computed = 0
+        for chunk in length_grouped_chunks(samples, args.steps_per_generation):
+            computed += padded_tokens(chunk)
             batch = {k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}
             batch["num_items_in_batch"] = num_items
             if self.beta != 0.0:
@@ -207,6 +209,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
             batches.append(batch)
 
         self._log_generation(everything, adv, trajectories, samples, rollout_s, step)
+        self._metrics["train"]["samples/padded_tokens"].append(computed)
         self._save_trajectories(trajectories, step)
         metrics["rollout/time_s"].append(rollout_s)
         return batches

@@ -25,8 +25,9 @@ from langgraph_evolver.types import Trajectory, Transition
 
 __all__ = [
     "Sample",
-    "balanced_chunks",
     "collate",
+    "length_grouped_chunks",
+    "padded_tokens",
     "padding_sample",
     "trajectory_samples",
 ]
@@ -129,22 +130,32 @@ def padding_sample(pad_token_id: int, epsilon_high: float = 0.28) -> Sample:
     return s
 
 
-def balanced_chunks(samples: Sequence[Sample], num_chunks: int) -> list[list[Sample]]:
-    """Split samples into ``num_chunks`` groups of near-equal token counts.
+def length_grouped_chunks(samples: Sequence[Sample], num_chunks: int) -> list[list[Sample]]:
+    """Split rows into ``num_chunks`` micro-batches of similar lengths.
 
-    Longest first, each to the lightest chunk (LPT); rows of similar length then share a chunk
-    less often than with a random split, but no chunk is much heavier than another, which is
-    what bounds the step time. Every chunk gets at least one row when there are enough rows.
+    A micro-batch costs (rows x its longest row) tokens, since every row is padded to the longest.
+    Sorting by length and cutting into contiguous runs keeps that close to the real token count;
+    a random split (TRL's shuffle) pads most rows to the batch's longest merged trajectory. Each
+    chunk gets ``len(samples) // num_chunks`` rows (the first ones one more), so no chunk is empty
+    when there are at least ``num_chunks`` rows.
     """
     if num_chunks < 1:
         raise ValueError("num_chunks must be >= 1")
-    chunks: list[list[Sample]] = [[] for _ in range(num_chunks)]
-    loads = [0] * num_chunks
-    for s in sorted(samples, key=len, reverse=True):
-        i = min(range(num_chunks), key=lambda j: (loads[j], len(chunks[j])))
-        chunks[i].append(s)
-        loads[i] += len(s)
+    ordered = sorted(samples, key=len, reverse=True)
+    size, extra = divmod(len(ordered), num_chunks)
+    chunks, start = [], 0
+    for i in range(num_chunks):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(ordered[start:end])
+        start = end
     return chunks
+
+
+def padded_tokens(chunk: Sequence[Sample]) -> int:
+    """Tokens a micro-batch actually computes: rows x (longest prompt + longest completion)."""
+    if not chunk:
+        return 0
+    return len(chunk) * (max(len(s.prompt_ids) for s in chunk) + max(len(s.completion_ids) for s in chunk))
 
 
 def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
