@@ -1,32 +1,35 @@
 """Training-path speed of ``EvolverGRPOTrainer`` against a plain TRL ``GRPOTrainer``, and what merging saves.
 
-    python benchmarks/trainer.py            # ~8 min on 2 cores
-    python benchmarks/trainer.py --quick    # ~2 min
+    python benchmarks/trainer.py            # ~5 min on 2 cores
+    python benchmarks/trainer.py --quick    # ~1.5 min
 
 1. Records real rollouts once: the committed tiny policy (``checkpoints/tiny-policy``) behind the
    local policy server, ``k`` samples of sandbox train tasks of the hardest level (3).
-2. Times optimizer steps of three trainers on those recordings (generation excluded: rollouts are
-   replayed), LoRA (the quickstart's adapter) on the same tiny model, same config (beta=0, dapo,
-   fp32, no gradient checkpointing), same ``num_generations`` and ``gradient_accumulation_steps``:
+2. Times optimizer steps of three trainers replaying those recordings (generation excluded),
+   LoRA (the quickstart's adapter) on the same tiny model, same config (beta=0, dapo, fp32, no
+   gradient checkpointing, ``num_generations``, ``gradient_accumulation_steps``), one torch thread
+   (on 2 shared cores, two threads spin-wait on each other whenever another process runs):
 
    - ``trl``: ``GRPOTrainer`` with a ``rollout_func`` returning every LLM call of the chosen groups
      as one single-turn row (prompt ids, completion ids, behaviour logprobs) and a reward function
      returning the recorded reward of its rollout;
    - ``ours``: ``EvolverGRPOTrainer`` whose ``_run_rollouts`` returns the recorded trajectories,
-     ``merge_prefix_transitions=False``: one row per call, so exactly the rows TRL trains on;
+     ``merge_prefix_transitions=False``: one row per call, exactly the rows TRL trains on;
    - ``ours_merged``: the same with merging (the default): fewer rows, fewer tokens.
 
    Every optimizer step consumes all chosen groups, so each variant trains on the same tokens
    every step. ``per_device_train_batch_size`` counts rollouts for ours and rows for TRL; both
-   are set so that a micro-batch holds the same rows (TRL: calls / accumulation steps). Groups
-   are chosen so that every rollout has a non-zero advantage (no row is dropped by ours, every
-   row has a gradient); the last call(s) of the longest rollout may be left out so that the
-   number of calls divides into TRL's batches. Time per step: median of the intervals between
-   optimizer steps after one warm-up step, over interleaved rounds.
+   are set so that a micro-batch holds the same rows. Groups are chosen so that every rollout has
+   a non-zero advantage (ours drops no row); TRL's rows are dealt into groups of ``k`` whose
+   rewards differ. The last call(s) of the longest rollout may be left out so that the calls
+   divide into TRL's batches. Time per step: median of the intervals between optimizer steps
+   after one warm-up step, over interleaved rounds (wall and CPU time).
 3. ``merged_token_ratio``: tokens (prompt + completion, summed over rows) of the longest recorded
-   causal trajectories (10 turns when any reached ``max_turns``) with merging over without.
+   causal trajectories (10 calls when any reached ``max_turns``) with merging over without.
 
-Ends with one JSON line (``step_time_ratio_vs_trl`` = ours / trl, target <= 1.15).
+Ends with one JSON line: ``step_time_ratio_vs_trl`` (ours unmerged / trl, same tokens; target
+<= 1.15), ``step_time_ratio_vs_trl_merged``, ``merged_token_ratio``, per-variant ``*_step_ms``,
+``*_row_tokens_per_step`` (real tokens), ``*_padded_tokens_per_step``, ``same_tokens``.
 """
 
 from __future__ import annotations
@@ -69,9 +72,9 @@ def record(model_path: str, n_tasks: int, k: int) -> list[Trajectory]:
                                              progress=False))  # fmt: skip
 
 
-def choose_groups(trajs: list[Trajectory], n_groups: int, mult: int, penalty: float) -> dict[str, list[Trajectory]]:
-    """The ``n_groups`` smallest tasks whose every rollout has a non-zero advantage; calls trimmed to a multiple of
-    ``mult``."""
+def choose_groups(trajs: list[Trajectory], max_tokens: int, mult: int, penalty: float) -> dict[str, list[Trajectory]]:
+    """The smallest groups (tasks) whose every rollout has a non-zero advantage, as many as fit in ``max_tokens``
+    (unmerged; at least one); calls trimmed to a multiple of ``mult``."""
     from langgraph_evolver.advantages import group_advantages
     from trainers.grpo_trainer import shaped_reward
 
@@ -82,12 +85,16 @@ def choose_groups(trajs: list[Trajectory], n_groups: int, mult: int, penalty: fl
     for task_id, group in by_task.items():
         adv = group_advantages([shaped_reward(t, penalty) for t in group], [task_id] * len(group))
         if all(a is not None and a != 0.0 for a in adv.advantages):
-            valid.append((sum(len(t.transitions) for t in group), task_id))
-    # the groups with the fewest calls: a step on one CPU thread costs about 0.25 s per 1000 tokens
-    chosen = {task_id: list(by_task[task_id]) for _, task_id in sorted(valid)[:n_groups]}
-    if len(chosen) < n_groups:
-        raise SystemExit(f"only {len(chosen)} of {len(by_task)} recorded groups have non-zero advantages for every "
-                         f"rollout; {n_groups} are needed (record more tasks with --tasks).")  # fmt: skip
+            valid.append((sum(len(tr.prompt_ids) + len(tr.completion_ids) for t in group for tr in t.transitions),
+                          task_id))  # fmt: skip
+    if not valid:
+        raise SystemExit(f"none of the {len(by_task)} recorded groups has a non-zero advantage for every rollout: "
+                         "record more tasks (--tasks).")  # fmt: skip
+    chosen, total = {}, 0
+    for tokens, task_id in sorted(valid):  # step time grows faster than tokens (padding to the longest row)
+        if chosen and total + tokens > max_tokens:
+            break
+        chosen[task_id], total = list(by_task[task_id]), total + tokens
     extra = sum(len(t.transitions) for g in chosen.values() for t in g) % mult
     if extra:  # drop the last calls' transitions, not the steps: the shaped reward keeps its malformed calls
         task_id, i = max(((tid, i) for tid, g in chosen.items() for i in range(len(g))),
@@ -100,18 +107,24 @@ def choose_groups(trajs: list[Trajectory], n_groups: int, mult: int, penalty: fl
 
 
 def step_timer():  # noqa: ANN201
-    """A callback noting wall and CPU time at the end of every optimizer step (and at the start of training)."""
+    """A callback noting wall and CPU time at the end of every optimizer step (and at the start of training),
+    and the share of zero-variance groups each step logs."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
             self.marks: list[tuple[float, float]] = []
+            self.zero_std: list[float] = []
 
         def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
             self.marks = [(time.perf_counter(), time.process_time())]
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
             self.marks.append((time.perf_counter(), time.process_time()))
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
+            if logs and "frac_reward_zero_std" in logs:
+                self.zero_std.append(logs["frac_reward_zero_std"])
 
         def steps_s(self) -> list[tuple[float, float]]:
             """(wall, CPU) seconds per optimizer step, the first (warm-up) left out."""
@@ -121,8 +134,10 @@ def step_timer():  # noqa: ANN201
 
 
 def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path: str, ga: int, k: int,
-                steps: int, out: str) -> tuple[list[float], dict[str, int]]:  # fmt: skip
-    """Train ``steps`` + 1 optimizer steps of one variant; returns per-step seconds (warm-up excluded) and counts."""
+                steps: int, out: str) -> tuple[list[tuple[float, float]], dict[str, float]]:  # fmt: skip
+    """Train ``steps`` + 1 optimizer steps of one variant; returns (wall, CPU) seconds per step after the warm-up
+    step, and what one step trained on."""
+    from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -138,7 +153,7 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
     trajs = [t for g in groups.values() for t in g]
     calls = sum(len(t.transitions) for t in trajs)
     common = dict(output_dir=out, num_generations=k, gradient_accumulation_steps=ga, max_steps=steps + 1,
-                  learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0, loss_type="dapo", epsilon=0.2,
+                  learning_rate=2e-3, lr_scheduler_type="constant", beta=0.0, loss_type="dapo", epsilon=0.2,
                   epsilon_high=0.28, temperature=1.0, max_completion_length=128, gradient_checkpointing=False,
                   bf16=False, report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
                   remove_unused_columns=False)  # fmt: skip
@@ -150,7 +165,6 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
         rows = sorted(((tr, shaped_reward(t, 0.1)) for t in trajs for tr in t.transitions), key=lambda x: x[1])
         n = len(rows) // k
         pseudo = {f"row{c}": rows[c::n] for c in range(n)}
-        from datasets import Dataset
 
         def replay(prompts: list, trainer: object) -> dict:
             seen: Counter = Counter()
@@ -196,9 +210,19 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
         )
         return loss(model, inputs)
 
-    trainer._compute_loss = counting_loss
+    prepare, prep_s = trainer._generate_and_score_completions, []
+
+    def timed_prepare(inputs: list) -> object:  # replay + building the padded micro-batches: no model call
+        t0 = time.process_time()
+        out = prepare(inputs)
+        prep_s.append(time.process_time() - t0)
+        return out
+
+    trainer._compute_loss, trainer._generate_and_score_completions = counting_loss, timed_prepare
     trainer.train()
-    per_step = {key: value // (steps + 1) for key, value in counted.items()}
+    per_step: dict[str, float] = {f"{key}_per_step": value // (steps + 1) for key, value in counted.items()}
+    per_step["prepare_cpu_ms"] = round(1000 * statistics.median(prep_s[1:] or prep_s), 1)
+    per_step["zero_variance_share"] = round(statistics.fmean(timer.zero_std), 3) if timer.zero_std else -1.0
     return timer.steps_s(), per_step
 
 
@@ -221,16 +245,14 @@ def main() -> None:
     p.add_argument("--model", default=str(ROOT / "checkpoints" / "tiny-policy"))
     p.add_argument("--tasks", type=int, default=None, help="train tasks to record (default 24, quick 12)")
     p.add_argument("--k", type=int, default=4, help="num_generations = rollouts recorded per task")
-    p.add_argument("--groups", type=int, default=None, help="task groups per optimizer step (default 2, quick 1)")
+    p.add_argument("--max-tokens", type=int, default=None, help="unmerged tokens per step (default 16000, quick 8000)")
     p.add_argument("--ga", type=int, default=2, help="gradient_accumulation_steps")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per variant and round (default 5, quick 3)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per variant and round (default 5, quick 4)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the variants (default 3, quick 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the trainers")
     args = p.parse_args()
-    n_tasks, n_groups = args.tasks or (12 if args.quick else 24), args.groups or (1 if args.quick else 2)
-    steps, rounds = args.steps or (3 if args.quick else 5), args.rounds or (2 if args.quick else 3)
-    if n_groups * args.k % args.ga:
-        raise SystemExit("groups x k must be a multiple of --ga (each micro-batch of ours gets the same rollouts).")
+    n_tasks, max_tokens = args.tasks or (12 if args.quick else 24), args.max_tokens or (8000 if args.quick else 16000)
+    steps, rounds = args.steps or (4 if args.quick else 5), args.rounds or (2 if args.quick else 3)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -239,7 +261,9 @@ def main() -> None:
     record_s = time.perf_counter() - started
     print(f"recorded {len(trajs)} rollouts in {record_s:.0f} s", file=sys.stderr)
     figures: dict = {"rollouts_recorded": len(trajs), "record_s": round(record_s, 1), **merged_token_ratio(trajs)}
-    groups = choose_groups(trajs, n_groups, math.lcm(args.k, args.ga), penalty=0.1)
+    groups = choose_groups(trajs, max_tokens, math.lcm(args.k, args.ga), penalty=0.1)
+    if len(groups) * args.k % args.ga:
+        raise SystemExit("groups x k must be a multiple of --ga: pick --k and --ga so that --ga divides --k.")
     chosen = [t for g in groups.values() for t in g]
     figures.update(
         groups_per_step=len(groups),
@@ -256,7 +280,9 @@ def main() -> None:
                                              steps=steps, out=f"{tmp}/{variant}")  # fmt: skip
                 times[variant] += step_s
                 print(f"round {r}: {variant} {[round(1000 * w) for w, _ in step_s]} ms {counts}", file=sys.stderr)
-                figures.update({f"{variant}_{key}_per_step": value for key, value in counts.items()})
+                figures.update({f"{variant}_{key}": value for key, value in counts.items()})
+    figures["same_tokens"] = all(figures[f"trl_{key}_per_step"] == figures[f"ours_{key}_per_step"]
+                                 for key in ("rows", "trained_tokens", "row_tokens"))  # fmt: skip
     for variant, values in times.items():
         figures[f"{variant}_step_ms"] = round(1000 * statistics.median(w for w, _ in values), 1)
         figures[f"{variant}_step_cpu_ms"] = round(1000 * statistics.median(c for _, c in values), 1)

@@ -20,9 +20,18 @@ def trainer(tmp_path_factory):
     from trainers.grpo import task_dataset
     from trainers.grpo_trainer import EvolverGRPOTrainer
 
-    cfg = EvolverGRPOConfig(output_dir=str(tmp_path_factory.mktemp("loss")), per_device_train_batch_size=2,
-                            gradient_accumulation_steps=1, num_generations=2, beta=0.0, report_to="none",
-                            gradient_checkpointing=False, epsilon=0.2, epsilon_high=0.28, save_strategy="no")  # fmt: skip
+    cfg = EvolverGRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("loss")),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        num_generations=2,
+        beta=0.0,
+        report_to="none",
+        gradient_checkpointing=False,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        save_strategy="no",
+    )
     tasks = load_environment("sandbox").list_tasks("train")[:2]
     t = EvolverGRPOTrainer(str(TINY_POLICY), cfg, task_dataset(tasks),
                            processing_class=AutoTokenizer.from_pretrained(str(TINY_POLICY)))  # fmt: skip

@@ -14,8 +14,11 @@ MESSAGES = [{"role": "system", "content": "You are an assistant."}, {"role": "us
 
 
 def _top(url: str, model: str) -> dict[str, float]:
-    r = httpx.post(f"{url}/chat/completions", json={"model": model, "messages": MESSAGES, "max_tokens": 1,
-                                                     "logprobs": True, "top_logprobs": 5, "seed": 0}, timeout=60)  # fmt: skip
+    r = httpx.post(
+        f"{url}/chat/completions",
+        json={"model": model, "messages": MESSAGES, "max_tokens": 1, "logprobs": True, "top_logprobs": 5, "seed": 0},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     return {t["token"]: t["logprob"] for t in r.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
 

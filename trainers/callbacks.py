@@ -29,7 +29,9 @@ class MetricsCallback(TrainerCallback):
         if state.is_world_process_zero and self.show_progress:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="GRPO", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(
+                total=state.max_steps, initial=state.global_step, desc="GRPO", unit="step", dynamic_ncols=True
+            )
         self._step_started = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -80,7 +82,9 @@ def plot_reward_curve(metrics_path: str | Path, out_path: str | Path, *, eval_be
     ax1.set_ylabel("reward")
     ax1.grid(alpha=0.3)
     ax1.legend(loc="lower right", fontsize=8)
-    ax2.plot(steps, [r.get("zero_variance_share", 0) for r in rows], "s-", color="tab:red", label="zero-variance groups")
+    ax2.plot(
+        steps, [r.get("zero_variance_share", 0) for r in rows], "s-", color="tab:red", label="zero-variance groups"
+    )
     ax2.plot(steps, [r.get("rollout/well_formed_calls", 0) for r in rows], "^-", color="tab:purple",
              label="well-formed calls")  # fmt: skip
     ax2.set_ylim(0, 1.05)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
 
 from trl import GRPOConfig
 
@@ -60,7 +59,13 @@ class EvolverGRPOConfig(GRPOConfig):
     """
 
     # -- environment and tasks ---------------------------------------------------------------
-    env_id: str = field(default="sandbox", metadata={"help": "Environment registry id (or dotted path). (Not `env`: TrlParser reserves that YAML key for environment variables.)"})
+    env_id: str = field(
+        default="sandbox",
+        metadata={
+            "help": "Environment registry id or dotted path (named env_id: TrlParser reserves the YAML key `env` "
+            "for environment variables)."
+        },
+    )
     env_args: dict | str | None = field(
         default=None, metadata={"help": "Keyword arguments for the environment, a dict or a JSON string."}
     )
@@ -72,8 +77,10 @@ class EvolverGRPOConfig(GRPOConfig):
     task_limit: int | None = field(default=None, metadata={"help": "Train on only the first N tasks of the split."})
     level_weights: str | None = field(
         default=None,
-        metadata={"help": "Sample tasks by difficulty level, e.g. '1:1,2:2,3:3' (repeats tasks of a level in the "
-                          "dataset; 0 drops a level). Default: every task once."},  # fmt: skip
+        metadata={
+            "help": "Sample tasks by difficulty level, e.g. '1:1,2:2,3:3' (repeats tasks of a level in the "
+            "dataset; 0 drops a level). Default: every task once."
+        },  # fmt: skip
     )
     # -- rollouts ------------------------------------------------------------------------------
     rollout_concurrency: int = field(default=64, metadata={"help": "Agent graphs running at once during rollouts."})
@@ -83,13 +90,17 @@ class EvolverGRPOConfig(GRPOConfig):
     )
     malformed_call_penalty: float = field(
         default=0.1,
-        metadata={"help": "Subtracted from a rollout's reward for each malformed tool call (unparseable, unknown "
-                          "tool, bad arguments). Without it GRPO on a tiny model lets well-formed calls collapse."},  # fmt: skip
+        metadata={
+            "help": "Subtracted from a rollout's reward for each malformed tool call (unparseable, unknown "
+            "tool, bad arguments). Without it GRPO on a tiny model lets well-formed calls collapse."
+        },  # fmt: skip
     )
     merge_prefix_transitions: bool = field(
         default=True,
-        metadata={"help": "Merge consecutive LLM calls of a rollout whose prompts extend each other (causal template) "
-                          "into one training row, so the shared prefix is computed once."},  # fmt: skip
+        metadata={
+            "help": "Merge consecutive LLM calls of a rollout whose prompts extend each other (causal template) "
+            "into one training row, so the shared prefix is computed once."
+        },  # fmt: skip
     )
     max_sample_length: int | None = field(
         default=None, metadata={"help": "Longest merged training row in tokens (default: the model's window)."}
@@ -100,8 +111,10 @@ class EvolverGRPOConfig(GRPOConfig):
     # -- the policy endpoint -------------------------------------------------------------------
     policy_base_url: str | None = field(
         default=None,
-        metadata={"help": "OpenAI-compatible endpoint serving the policy (…/v1), e.g. vLLM. Default: the trainer "
-                          "starts the local CPU policy server on the model and stops it at the end."},  # fmt: skip
+        metadata={
+            "help": "OpenAI-compatible endpoint serving the policy (…/v1), e.g. vLLM. Default: the trainer "
+            "starts the local CPU policy server on the model and stops it at the end."
+        },  # fmt: skip
     )
     policy_model: str | None = field(
         default=None, metadata={"help": "The base model's name at the endpoint (default: the first it lists)."}
@@ -114,9 +127,12 @@ class EvolverGRPOConfig(GRPOConfig):
     )
     sync_mode: str = field(
         default="lora",
-        metadata={"help": "How new weights reach the endpoint after each step: 'lora' (save the adapter, load it under "
-                          "a new versioned name via the runtime LoRA API) or 'full' (NCCL into `trl vllm-serve`, GPU "
-                          "only).", "choices": ["lora", "full"]},  # fmt: skip
+        metadata={
+            "help": "How new weights reach the endpoint after each step: 'lora' (save the adapter, load it under "
+            "a new versioned name via the runtime LoRA API) or 'full' (NCCL into `trl vllm-serve`, GPU "
+            "only).",
+            "choices": ["lora", "full"],
+        },  # fmt: skip
     )
     keep_adapter_versions: int = field(
         default=1, metadata={"help": "Adapter versions kept loaded at the endpoint (older ones are unloaded)."}
@@ -134,7 +150,9 @@ class EvolverGRPOConfig(GRPOConfig):
     max_completion_length: int | None = field(default=128, metadata={"help": "Max tokens per LLM call."})
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: only on GPU)."})
-    report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Loggers (tensorboard, wandb, none, ...)."})
+    report_to: None | str | list[str] = field(
+        default="tensorboard", metadata={"help": "Loggers (tensorboard, wandb, none, ...)."}
+    )
     remove_unused_columns: bool | None = field(default=False, metadata={"help": "Keep the task column."})
 
     def __post_init__(self) -> None:
@@ -157,8 +175,10 @@ class EvolverGRPOConfig(GRPOConfig):
         if self.temperature <= 0:
             problems.append("temperature must be > 0: GRPO needs sampled rollouts (use 1.0).")
         if self.top_k not in (None, 0, -1) or self.top_p != 1.0 or self.min_p:
-            problems.append("top_k/top_p/min_p truncate the sampling distribution, so the endpoint's logprobs no "
-                            "longer match what the trainer computes; keep top_k=0, top_p=1.0, min_p unset.")  # fmt: skip
+            problems.append(
+                "top_k/top_p/min_p truncate the sampling distribution, so the endpoint's logprobs no "
+                "longer match what the trainer computes; keep top_k=0, top_p=1.0, min_p unset."
+            )
         if self.max_turns < 1:
             problems.append("max_turns must be >= 1.")
         if self.rollout_concurrency < 1:
@@ -166,14 +186,18 @@ class EvolverGRPOConfig(GRPOConfig):
         if self.malformed_call_penalty < 0:
             problems.append("malformed_call_penalty must be >= 0 (it is subtracted).")
         if self.sync_mode == "full" and not self.use_vllm:
-            problems.append("sync_mode=full uses TRL's vLLM weight transfer: set use_vllm=true, vllm_mode=server and "
-                            "vllm_server_base_url to the `trl vllm-serve` server that also answers the rollouts.")  # fmt: skip
+            problems.append(
+                "sync_mode=full uses TRL's vLLM weight transfer: set use_vllm=true, vllm_mode=server and "
+                "vllm_server_base_url to the `trl vllm-serve` server that also answers the rollouts."
+            )
         if self.use_vllm and self.vllm_mode != "server":
             problems.append("Rollouts go through an OpenAI-compatible endpoint, so only vllm_mode=server is supported.")
         for name, issue in (("experience", "self-navigating"), ("synthetic_tasks", "self-questioning")):
             if getattr(self, name):
                 problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
         if self.attribution:
-            problems.append("attribution=true (self-attributing) is not available in this version yet; set it to false.")
+            problems.append(
+                "attribution=true (self-attributing) is not available in this version yet; set it to false."
+            )
         if problems:
             raise ConfigError("Invalid training config:\n  - " + "\n  - ".join(problems))

@@ -285,7 +285,9 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
         eval_samples=evals.get("after", evals.get("before", {})).get("all", {}).get("samples", 0),
         train_reward_first=rows[0]["reward"] if rows else None,
         train_reward_last=rows[-1]["reward"] if rows else None,
-        zero_variance_share_mean=round(sum(r.get("zero_variance_share", 0) for r in rows) / len(rows), 4) if rows else None,
+        zero_variance_share_mean=round(sum(r.get("zero_variance_share", 0) for r in rows) / len(rows), 4)
+        if rows
+        else None,
         step_s_mean=round(sum(r.get("step_s", 0) for r in rows) / len(rows), 2) if rows else None,
         final_model=trainer.policy.current,
         wall_s=round(time.perf_counter() - started, 1),

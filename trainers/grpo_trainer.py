@@ -155,9 +155,16 @@ class EvolverGRPOTrainer(GRPOTrainer):
         chat = PolicyChatModel(base_url=self.policy_base_url, model=model_name, temperature=self.temperature,
                                max_tokens=self.max_completion_length, timeout=600, max_retries=1)  # fmt: skip
         graph = create_agent_graph(chat, context_template=self.args.context_template, max_turns=self.args.max_turns)
-        return asyncio.run(arun_rollout_items(graph, items, concurrency=self.args.rollout_concurrency,
-                                              env_factory=self.env_factory, callbacks=self.rollout_callbacks,
-                                              progress="rollouts" if self.accelerator.is_main_process else False))  # fmt: skip
+        return asyncio.run(
+            arun_rollout_items(
+                graph,
+                items,
+                concurrency=self.args.rollout_concurrency,
+                env_factory=self.env_factory,
+                callbacks=self.rollout_callbacks,
+                progress="rollouts" if self.accelerator.is_main_process else False,
+            )
+        )
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # type: ignore[override]
         args, acc = self.args, self.accelerator
@@ -174,17 +181,28 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self.last_trajectories = trajectories
 
         # Rewards and group advantages over every rank's rollouts.
-        local = [(traj.group_id, shaped_reward(traj, args.malformed_call_penalty), traj.reward) for traj in trajectories]
+        local = [
+            (traj.group_id, shaped_reward(traj, args.malformed_call_penalty), traj.reward) for traj in trajectories
+        ]
         everything = gather_object(local)
-        adv = group_advantages([r for _, r, _ in everything], [gid for gid, _, _ in everything], scale=args.scale_rewards)
+        adv = group_advantages(
+            [r for _, r, _ in everything], [gid for gid, _, _ in everything], scale=args.scale_rewards
+        )
         local_adv = adv.advantages[offset : offset + len(trajectories)]
 
         samples: list[Sample] = []
         for traj, a in zip(trajectories, local_adv, strict=True):
             if a is None or a == 0.0:
                 continue
-            samples.extend(trajectory_samples(traj, a, epsilon_high=self.epsilon_high,
-                                              merge=args.merge_prefix_transitions, max_length=self.max_sample_length))  # fmt: skip
+            samples.extend(
+                trajectory_samples(
+                    traj,
+                    a,
+                    epsilon_high=self.epsilon_high,
+                    merge=args.merge_prefix_transitions,
+                    max_length=self.max_sample_length,
+                )
+            )
         trained_tokens = sum(s.trained_tokens for s in samples)
         counts = gather_object([(len(samples), trained_tokens)])
         rows = max(max(c for c, _ in counts), 1)
@@ -248,7 +266,9 @@ class EvolverGRPOTrainer(GRPOTrainer):
         # On the first pass over fresh rollouts (before any update in this window) the trainer's
         # logprobs must match the endpoint's; a gap means the endpoint serves other weights or samples
         # from a different distribution (top-k, another temperature, stale adapter).
-        fresh = self._step % (self.args.steps_per_generation * self.num_iterations) < self.args.gradient_accumulation_steps
+        fresh = (
+            self._step % (self.args.steps_per_generation * self.num_iterations) < self.args.gradient_accumulation_steps
+        )
         if fresh and self._last_logps is not None and "old_per_token_logps" in inputs:
             mask = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
             gap = (self._last_logps - inputs["old_per_token_logps"]).abs()[mask]

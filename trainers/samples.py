@@ -101,7 +101,11 @@ def trajectory_samples(
     """
     transitions = trajectory.transitions
     n = len(transitions)
-    advs = [float(step_advantages)] * n if isinstance(step_advantages, int | float) else [float(a) for a in step_advantages]
+    advs = (
+        [float(step_advantages)] * n
+        if isinstance(step_advantages, int | float)
+        else [float(a) for a in step_advantages]
+    )
     eps = [float(epsilon_high)] * n if isinstance(epsilon_high, int | float) else [float(e) for e in epsilon_high]
     if len(advs) != n or len(eps) != n:
         raise ValueError(f"Trajectory {trajectory.id} has {n} transitions but {len(advs)} advantages and "
