@@ -38,9 +38,11 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/rollouts.py
+	$(BIN)/python benchmarks/trainer.py
 
 bench-quick: install
 	$(BIN)/python benchmarks/rollouts.py --quick
+	$(BIN)/python benchmarks/trainer.py --quick
 
 # Regenerates the committed tiny policy (under an hour on 2 CPU cores; see trainers/tiny.py).
 tiny-policy: install

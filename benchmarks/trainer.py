@@ -1,7 +1,7 @@
 """Training-path speed of ``EvolverGRPOTrainer`` against a plain TRL ``GRPOTrainer``, and what merging saves.
 
-    python benchmarks/trainer.py            # ~5 min on 2 cores
-    python benchmarks/trainer.py --quick    # ~1.5 min
+    python benchmarks/trainer.py            # ~4 min on 2 cores
+    python benchmarks/trainer.py --quick    # ~1 min
 
 1. Records real rollouts once: the committed tiny policy (``checkpoints/tiny-policy``) behind the
    local policy server, ``k`` samples of sandbox train tasks of the hardest level (3).
@@ -29,7 +29,9 @@
 
 Ends with one JSON line: ``step_time_ratio_vs_trl`` (ours unmerged / trl, same tokens; target
 <= 1.15), ``step_time_ratio_vs_trl_merged``, ``merged_token_ratio``, per-variant ``*_step_ms``,
-``*_row_tokens_per_step`` (real tokens), ``*_padded_tokens_per_step``, ``same_tokens``.
+``*_row_tokens_per_step`` (real tokens), ``*_padded_tokens_per_step`` (what the model computes:
+ours groups rows of similar length into a micro-batch, TRL shuffles them), ``*_prepare_cpu_ms``
+(per step outside the model: replay, rows, padding), ``*_zero_variance_share``, ``same_tokens``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from langgraph_evolver.types import Trajectory  # noqa: E402
 
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PENALTY = 0.1  # malformed_call_penalty (the default)
 
 
 def record(model_path: str, n_tasks: int, k: int) -> list[Trajectory]:
@@ -158,11 +161,11 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
                   bf16=False, report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
                   remove_unused_columns=False)  # fmt: skip
     timer = step_timer()
-    counted = Counter()
+    counted: Counter = Counter()
 
     if variant == "trl":
         # Every call one row; rows dealt by reward into groups of k so that each group's rewards differ.
-        rows = sorted(((tr, shaped_reward(t, 0.1)) for t in trajs for tr in t.transitions), key=lambda x: x[1])
+        rows = sorted(((tr, shaped_reward(t, PENALTY)) for t in trajs for tr in t.transitions), key=lambda x: x[1])
         n = len(rows) // k
         pseudo = {f"row{c}": rows[c::n] for c in range(n)}
 
@@ -191,7 +194,7 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
                 return [dataclasses.replace(groups[task.id][i], group_id=gid) for task, gid, i in items]
 
         cfg = EvolverGRPOConfig(per_device_train_batch_size=len(trajs) // ga, merge_prefix_transitions=variant ==
-                                "ours_merged", malformed_call_penalty=0.1, **common)  # fmt: skip
+                                "ours_merged", malformed_call_penalty=PENALTY, **common)  # fmt: skip
         trainer = Replayed(model, cfg, task_dataset([g[0].task for g in groups.values()]), processing_class=tokenizer,
                            peft_config=lora, policy=None, policy_base_url="", callbacks=[timer])  # fmt: skip
     for cb in (PrinterCallback, ProgressCallback):
@@ -201,13 +204,9 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
     def counting_loss(model: object, inputs: dict) -> object:
         mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
         real = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-        counted.update(
-            rows=int((mask.sum(1) > 0).sum()),
-            trained_tokens=int(mask.sum()),
-            row_tokens=real,
-            padded_tokens=inputs["prompt_ids"].numel() + inputs["completion_ids"].numel(),
-            micro_batches=1,
-        )
+        counted.update(rows=int((mask.sum(1) > 0).sum()), trained_tokens=int(mask.sum()), row_tokens=real,
+                       padded_tokens=inputs["prompt_ids"].numel() + inputs["completion_ids"].numel(),
+                       micro_batches=1)  # fmt: skip
         return loss(model, inputs)
 
     prepare, prep_s = trainer._generate_and_score_completions, []
@@ -261,17 +260,12 @@ def main() -> None:
     record_s = time.perf_counter() - started
     print(f"recorded {len(trajs)} rollouts in {record_s:.0f} s", file=sys.stderr)
     figures: dict = {"rollouts_recorded": len(trajs), "record_s": round(record_s, 1), **merged_token_ratio(trajs)}
-    groups = choose_groups(trajs, max_tokens, math.lcm(args.k, args.ga), penalty=0.1)
+    groups = choose_groups(trajs, max_tokens, math.lcm(args.k, args.ga), penalty=PENALTY)
     if len(groups) * args.k % args.ga:
         raise SystemExit("groups x k must be a multiple of --ga: pick --k and --ga so that --ga divides --k.")
     chosen = [t for g in groups.values() for t in g]
-    figures.update(
-        groups_per_step=len(groups),
-        rollouts_per_step=len(chosen),
-        calls_per_step=sum(len(t.transitions) for t in chosen),
-        k=args.k,
-        gradient_accumulation_steps=args.ga,
-    )
+    figures.update(groups_per_step=len(groups), rollouts_per_step=len(chosen), k=args.k, ga=args.ga,
+                   calls_per_step=sum(len(t.transitions) for t in chosen))  # fmt: skip
     times: dict[str, list[tuple[float, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
@@ -289,9 +283,8 @@ def main() -> None:
         figures[f"{variant}_step_ms_all"] = [round(1000 * w) for w, _ in values]
     for suffix, ours in (("", "ours"), ("_merged", "ours_merged")):
         figures[f"step_time_ratio_vs_trl{suffix}"] = round(figures[f"{ours}_step_ms"] / figures["trl_step_ms"], 3)
-        figures[f"step_cpu_ratio_vs_trl{suffix}"] = round(
-            figures[f"{ours}_step_cpu_ms"] / figures["trl_step_cpu_ms"], 3
-        )
+        figures[f"step_cpu_ratio_vs_trl{suffix}"] = round(figures[f"{ours}_step_cpu_ms"] / figures["trl_step_cpu_ms"],
+                                                          3)  # fmt: skip
     figures["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(figures))
 

@@ -7,7 +7,11 @@ combinations that cannot work and says how to fix them.
 Batch arithmetic, as in TRL: one optimizer step consumes ``generation_batch_size`` rollouts
 (``per_device_train_batch_size x processes x steps_per_generation``), i.e.
 ``generation_batch_size / num_generations`` tasks with ``num_generations`` rollouts each. Each
-rollout yields one or more training rows (one per LLM call, or fewer when calls are merged).
+rollout yields one or more training rows (one per LLM call, or fewer when calls are merged);
+the rows of one generation batch are cut into ``steps_per_generation`` micro-batches of similar
+length. So ``per_device_train_batch_size`` counts *rollouts*, not rows: memory per micro-batch
+grows with turns per rollout; raise ``gradient_accumulation_steps`` (= more, smaller
+micro-batches) if a micro-batch does not fit.
 """
 
 from __future__ import annotations

@@ -5,11 +5,15 @@ sampled by the policy (trained: they carry a behaviour logprob, an advantage and
 bound) or context that arrived between two calls (tool observations, the next turn's template
 tokens: masked out).
 
-One LLM call is one sample. With the causal context template each call's prompt is the previous
-prompt + the previous completion + the new observation, token for token, so consecutive calls of
-one trajectory *may* be merged into one sample: the shared prefix is then computed once instead
-of once per turn. Merging only happens where that prefix relation holds exactly (checked on the
-ids, never assumed) and the merged row stays under ``max_length``.
+One LLM call is one sample. With the causal context template each call's prompt is usually the
+previous prompt + the previous completion + the new observation, token for token, so consecutive
+calls of one trajectory may be merged into one sample: the shared prefix is then computed once
+instead of once per turn. Merging only happens where that prefix relation holds exactly (checked
+on the ids, never assumed) and the merged row stays under ``max_length``. It does not always
+hold: the endpoint re-renders each prompt from the chat text, so a completion sampled with an
+unusual split of a word (``flight`` + ``e``) is re-tokenized differently in the next prompt
+(``fligh`` + ``te``); a new row starts there (about 1 row in 18 ten-call trajectories of the
+tiny policy). Each row trains on its prompt exactly as it was served.
 
 Rows are padded the TRL way: prompts on the left (``prompt_mask``), completions on the right
 (``completion_mask`` = attended, ``tool_mask`` = trained).
