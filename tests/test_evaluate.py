@@ -42,3 +42,28 @@ def test_summary_figures_by_hand():
     text = io.StringIO()
     print_report(trajs, out, 2, file=text)
     assert "a " in text.getvalue() and "1.00 0.00  best 1.00" in text.getvalue()
+
+
+def test_config_and_adapter_flags(tmp_path, tiny_policy_url, capsys):
+    """`--config` takes a training config's settings (flags win); `--adapter` evaluates a LoRA adapter."""
+    import json
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import TINY_POLICY
+    from trainers.evaluate import config_defaults, main
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model_name_or_path: checkpoints/tiny-policy\noutput_dir: runs/x\nmax_turns: 3\neval_k: 2\n"
+                   "lora_r: 8\nenv_id: sandbox\n")  # fmt: skip
+    assert config_defaults(cfg) == {"model_path": "checkpoints/tiny-policy", "env": "sandbox", "k": 2, "max_turns": 3,
+                                    "output_dir": "runs/x/evaluate"}  # fmt: skip
+    adapter = tmp_path / "adapter"
+    get_peft_model(AutoModelForCausalLM.from_pretrained(str(TINY_POLICY)), LoraConfig(r=2)).save_pretrained(adapter)
+    figures = main(["--config", str(cfg), "--base-url", tiny_policy_url, "--adapter", str(adapter), "--limit", "2",
+                    "--k", "1", "--output-dir", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    assert figures["model"].startswith("adapter-") and figures["k"] == 1 and figures["all"]["samples"] == 2
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["model"] == figures["model"]
+    with pytest.raises(SystemExit):
+        main(["--config", str(tmp_path / "missing.yaml")])

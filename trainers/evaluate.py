@@ -9,6 +9,12 @@ policy server on the committed tiny policy and stops it afterwards.
     python -m trainers.evaluate --k 8 --limit 30
     python -m trainers.evaluate --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
     python -m trainers.evaluate --env-url http://127.0.0.1:8080  # environments over HTTP
+    python -m trainers.evaluate --config examples/quickstart.yaml --k 8   # a training config's model/env
+    python -m trainers.evaluate --config examples/quickstart.yaml --adapter runs/quickstart/final
+
+``--config`` reads a ``trainers.grpo`` YAML file (model, endpoint, environment, eval split, turn
+and token limits); flags given on the command line win. ``--adapter`` loads a trained LoRA
+adapter into the local server (or into any endpoint with the runtime LoRA API) and evaluates it.
 
 Outputs in ``--output-dir``: ``trajectories.jsonl``, ``runs.jsonl`` (the LangGraph run tree in
 LangSmith's run schema) and ``summary.json``. ``avg@k`` is the mean reward over all samples,
@@ -125,8 +131,35 @@ async def evaluate_endpoint(
                                callbacks=callbacks, progress=progress)  # fmt: skip
 
 
+# trainers.grpo config keys -> our flags' destinations
+_CONFIG_KEYS = {"model_name_or_path": "model_path", "policy_base_url": "base_url", "policy_model": "model",
+                "env_id": "env", "env_url": "env_url", "eval_split": "split", "eval_k": "k", "eval_limit": "limit",
+                "temperature": "temperature", "max_completion_length": "max_tokens", "max_turns": "max_turns",
+                "rollout_concurrency": "concurrency"}  # fmt: skip
+
+
+def config_defaults(path: str | Path) -> dict[str, Any]:
+    """The evaluation settings of a ``trainers.grpo`` YAML config (unknown keys are ignored)."""
+    import yaml
+
+    from langgraph_evolver.errors import ConfigError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"Cannot read config {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config {path} must be a YAML mapping of field: value.")
+    out = {dest: data[key] for key, dest in _CONFIG_KEYS.items() if data.get(key) is not None}
+    if data.get("output_dir"):
+        out["output_dir"] = str(Path(data["output_dir"]) / "evaluate")
+    return out
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="a trainers.grpo YAML config to take the model/endpoint/env settings from")
+    p.add_argument("--adapter", help="a LoRA adapter directory to load into the endpoint and evaluate")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (…/v1); default: start the local server")
     p.add_argument("--model", help="model name at the endpoint (default: the served tiny policy)")
     p.add_argument("--model-path", default=str(DEFAULT_CHECKPOINT), help="model for the local server")
@@ -144,6 +177,25 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _load_adapter(base_url: str, path: str) -> str:
+    """Load the adapter at ``path`` into the endpoint under a fresh name; return the name."""
+    import uuid
+
+    import httpx
+
+    from langgraph_evolver.errors import ConfigError, PolicyEndpointError
+
+    if not (Path(path) / "adapter_config.json").exists():
+        raise ConfigError(f"--adapter {path}: no adapter_config.json there (pass e.g. runs/quickstart/final).")
+    name = f"{Path(path).resolve().name}-{uuid.uuid4().hex[:6]}"
+    root = base_url.rstrip("/").removesuffix("/v1")
+    r = httpx.post(f"{root}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(Path(path).resolve())},
+                   timeout=120)  # fmt: skip
+    if r.status_code != 200:
+        raise PolicyEndpointError(f"Loading adapter {path} into {root} failed: HTTP {r.status_code} {r.text[:300]}")
+    return name
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from env_tools.base import load_environment
     from langgraph_evolver.errors import EvolverError
@@ -151,7 +203,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from .serving import PolicyServerProcess, check_endpoint
 
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    pre, _ = parser.parse_known_args(argv)
+    try:
+        if pre.config:
+            parser.set_defaults(**config_defaults(pre.config))
+    except EvolverError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    args = parser.parse_args(argv)
     out = Path(args.output_dir)
     try:
         tasks = load_environment(args.env).list_tasks(args.split)[: args.limit]
@@ -168,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(f"starting the policy server on {args.model_path} …", file=sys.stderr)
             server.start()
             base_url, model = server.base_url, server.model_name
+        if args.adapter:
+            model = _load_adapter(base_url, args.adapter)
     except EvolverError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
