@@ -1,5 +1,8 @@
 """Advantages from rewards: pure functions over plain lists (no torch).
 
+Two estimators: GRPO (one advantage per rollout) and ADCA (one per step, from a judge's
+GOOD/BAD step labels plus the outcome; DESIGN.md "Self-attributing").
+
 GRPO: the rollouts of one task form a group; each rollout's advantage is its reward minus the
 group mean, divided by the group's standard deviation (``scale="group"``), by the batch's
 (``"batch"``) or not at all (``"none"``). A reward of ``None`` marks a rollout that failed for
@@ -10,7 +13,7 @@ baseline and gets no advantage. A group whose valid rewards are all equal teache
 Example:
     >>> adv = group_advantages([1.0, 0.0, 0.5, 0.5], ["a", "a", "b", "b"])
     >>> [round(a, 3) for a in adv.advantages], adv.zero_variance_groups
-    ([1.0, -1.0, 0.0, 0.0], 1)
+    ([0.707, -0.707, 0.0, 0.0], 1)
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["GroupAdvantages", "group_advantages"]
+__all__ = ["ADCAAdvantages", "GroupAdvantages", "adca_advantages", "adca_alpha", "group_advantages"]
 
 Scale = Literal["group", "batch", "none"]
 
@@ -89,3 +92,109 @@ def group_advantages(
         for i, v in zip(idx, values, strict=True):
             advantages[i] = 0.0 if flat else (v - mean) / denom
     return GroupAdvantages(advantages=advantages, groups=len(members), zero_variance_groups=zero_variance)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ADCAAdvantages:
+    """Per-step advantages of every rollout, and what the groups looked like."""
+
+    step_advantages: list[list[float] | None]
+    """One list per rollout (one value per step), ``None`` where the reward was ``None``."""
+    groups: int
+    zero_variance_groups: int
+    """Groups whose outcome rewards are all equal (the process channel may still teach)."""
+    no_signal_groups: int
+    """Groups where every step advantage is 0: neither channel teaches."""
+    fallbacks: int
+    """Rollouts without labels (judge failed): outcome-only advantages."""
+
+    @property
+    def zero_variance_share(self) -> float:
+        return self.zero_variance_groups / self.groups if self.groups else 0.0
+
+
+def adca_alpha(step: int, *, alpha: float = 0.1, decay: float | None = None, cutoff: int | None = None) -> float:
+    """The process-reward weight at training step ``step``.
+
+    ``decay`` multiplies alpha once per step (``alpha * decay**step``); after ``cutoff`` steps the
+    weight is 0 and ADCA is plain GRPO (outcome advantages broadcast to every step).
+    """
+    if cutoff is not None and step >= cutoff:
+        return 0.0
+    return alpha * (decay**step if decay is not None else 1.0)
+
+
+def adca_advantages(
+    rewards: Sequence[float | None],
+    labels: Sequence[Sequence[int] | None],
+    group_ids: Sequence[Hashable],
+    *,
+    alpha: float = 0.1,
+    eps: float = 1e-4,
+    tol: float = 1e-9,
+) -> ADCAAdvantages:
+    """ADCA step advantages: standardized process and outcome rewards, summed over the suffix.
+
+    Within each task group, the process rewards (``+1`` GOOD / ``-1`` BAD, every step of every
+    labelled rollout pooled) are standardized, and so are the outcome rewards. Step ``t`` gets
+    ``r_t = alpha * process_t``, plus the standardized outcome at the last step; its advantage is
+    ``A_t = sum_{k >= t} r_k`` (undiscounted), to be broadcast to the tokens of that step.
+
+    Args:
+        rewards: Outcome reward per rollout, ``None`` for a failed rollout (no advantages).
+        labels: Per rollout, one ``+1``/``-1`` per step, or ``None`` when the judge failed: that
+            rollout's steps get no process reward (outcome-only), and they do not enter the
+            group's process statistics.
+        group_ids: Rollouts of one task in one training step share an id.
+        alpha: Weight of the process channel (0.1 published; 0 = GRPO with per-step broadcast).
+
+    Example:
+        >>> adv = adca_advantages([1.0, 0.0], [[1, 1], [1, -1]], ["a", "a"], alpha=0.1)
+        >>> [[round(a, 3) for a in steps] for steps in adv.step_advantages]
+        [[0.807, 0.757], [-0.807, -0.857]]
+    """
+    if not (len(rewards) == len(labels) == len(group_ids)):
+        raise ValueError(f"{len(rewards)} rewards, {len(labels)} label lists and {len(group_ids)} group ids: "
+                         "give one of each per rollout.")  # fmt: skip
+    for i, lab in enumerate(labels):
+        if lab is not None and any(x not in (1, -1) for x in lab):
+            raise ValueError(f"labels of rollout {i} must be +1 (GOOD) or -1 (BAD), got {list(lab)}.")
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for i, g in enumerate(group_ids):
+        if rewards[i] is not None:
+            members[g].append(i)
+    out: list[list[float] | None] = [None] * len(rewards)
+    zero_variance = no_signal = fallbacks = 0
+    for idx in members.values():
+        outcomes = [float(rewards[i]) for i in idx]  # type: ignore[arg-type]
+        flat = len(outcomes) < 2 or max(outcomes) - min(outcomes) <= tol
+        zero_variance += flat
+        mean_o, std_o = math.fsum(outcomes) / len(outcomes), _std(outcomes)
+        pooled = [float(x) for i in idx if labels[i] is not None for x in labels[i]]  # type: ignore[union-attr]
+        mean_p = math.fsum(pooled) / len(pooled) if pooled else 0.0
+        std_p = _std(pooled)
+        group_signal = False
+        for i, r in zip(idx, outcomes, strict=True):
+            lab = labels[i]
+            fallbacks += lab is None
+            out_hat = 0.0 if flat else (r - mean_o) / (std_o + eps)
+            n_steps = len(lab) if lab is not None else 0
+            if lab is None or alpha == 0.0:
+                process = [0.0] * n_steps
+            else:
+                process = [0.0 if std_p <= tol else alpha * (x - mean_p) / (std_p + eps) for x in lab]
+            if n_steps == 0:  # fallback (or no steps): the outcome alone, as one value for the whole rollout
+                out[i] = [out_hat]
+                group_signal |= out_hat != 0.0
+                continue
+            step_rewards = process
+            step_rewards[-1] += out_hat
+            advantages, running = [0.0] * n_steps, 0.0
+            for t in range(n_steps - 1, -1, -1):
+                running += step_rewards[t]
+                advantages[t] = running
+            out[i] = advantages
+            group_signal |= any(a != 0.0 for a in advantages)
+        no_signal += not group_signal
+    return ADCAAdvantages(step_advantages=out, groups=len(members), zero_variance_groups=zero_variance,
+                          no_signal_groups=no_signal, fallbacks=fallbacks)  # fmt: skip
