@@ -31,7 +31,7 @@ def test_adca_hand_computed():
 def test_zero_variance_outcome_group_still_teaches_through_the_process_channel():
     adv = adca_advantages([1.0, 1.0], [[1, -1, 1], [1, 1]], ["a", "a"], alpha=0.2)
     assert adv.zero_variance_groups == 1 and adv.no_signal_groups == 0
-    pooled = [1, -1, 1, 1, 1]  # mean .6, sample std sqrt(.8)
+    # pooled labels (1, -1, 1, 1, 1): mean .6, sample std sqrt(.8)
     g, b = 0.2 * 0.4 / (math.sqrt(0.8) + EPS), 0.2 * -1.6 / (math.sqrt(0.8) + EPS)
     assert adv.step_advantages[0] == pytest.approx([g + b + g, b + g, g])  # suffix sums, no outcome term
     assert adv.step_advantages[1] == pytest.approx([2 * g, g])
