@@ -102,6 +102,18 @@ class PolicyChatModel(ChatOpenAI):
         self.root_async_client = root
         self.async_client = root.chat.completions
 
+    async def aclose(self) -> None:
+        """Close the HTTP client of the running event loop; call it before that loop ends.
+
+        A client left open is closed when it is garbage collected, as a task on whatever loop runs
+        then, and that fails with "Event loop is closed" noise when its own loop is gone.
+        """
+        root = self._loop_clients.pop(asyncio.get_running_loop(), None)
+        if root is not None:
+            await root.close()
+            if self.root_async_client is root:
+                self.root_async_client = self.async_client = None
+
     async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
         self._use_client_of_running_loop()
         return await super()._agenerate(*args, **kwargs)

@@ -22,7 +22,7 @@ import pytest
 from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
 from langgraph_evolver.chat_model import PolicyChatModel
-from langgraph_evolver.rollout import run_rollouts
+from langgraph_evolver.rollout import arun_rollouts, run_rollouts
 from langgraph_evolver.tracing import JsonlTracer, build_run_tree, read_runs
 from trainers.chat_format import EOS_TOKEN, parse_tool_calls
 from trainers.evaluate import well_formed_counts
@@ -101,6 +101,35 @@ def test_one_policy_model_serves_successive_event_loops(tiny_policy_url):
         gc.collect()
         fds.append(len(os.listdir("/proc/self/fd")))
     assert fds[-1] <= fds[1] + 2, fds  # no sockets pile up run after run
+
+
+def test_closing_the_client_leaves_no_noise_for_the_next_loop(tiny_policy_url):
+    """Clients closed with ``aclose`` before their loop ends are not closed again, on a later loop,
+    by the garbage collector (which fails with "Event loop is closed")."""
+    import asyncio
+
+    tasks = [t for t in seed_tasks("test") if t.metadata["level"] == 1][:2]
+    errors: list = []
+
+    async def flush() -> None:  # let clients left behind by earlier tests fail here, not in our loops
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: None)
+        gc.collect()
+        await asyncio.sleep(0.05)
+
+    async def one_step() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors.append(ctx))
+        model = PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96)
+        try:
+            await arun_rollouts(create_agent_graph(model), tasks)
+        finally:
+            await model.aclose()
+        gc.collect()
+        await asyncio.sleep(0.05)  # any close task scheduled by a collected client would run (and fail) here
+
+    asyncio.run(flush())
+    for _ in range(3):
+        asyncio.run(one_step())
+    assert errors == []
 
 
 def test_tiny_policy_makes_well_formed_calls(tiny_policy_url):

@@ -127,8 +127,11 @@ async def evaluate_endpoint(
         from env_tools.client import remote_environment_factory
 
         env_factory = remote_environment_factory(env_url)
-    return await arun_rollouts(graph, tasks, n=k, concurrency=concurrency, env_factory=env_factory,
-                               callbacks=callbacks, progress=progress)  # fmt: skip
+    try:
+        return await arun_rollouts(graph, tasks, n=k, concurrency=concurrency, env_factory=env_factory,
+                                   callbacks=callbacks, progress=progress)  # fmt: skip
+    finally:
+        await policy.aclose()
 
 
 # trainers.grpo config keys -> our flags' destinations

@@ -155,16 +155,21 @@ class EvolverGRPOTrainer(GRPOTrainer):
         chat = PolicyChatModel(base_url=self.policy_base_url, model=model_name, temperature=self.temperature,
                                max_tokens=self.max_completion_length, timeout=600, max_retries=1)  # fmt: skip
         graph = create_agent_graph(chat, context_template=self.args.context_template, max_turns=self.args.max_turns)
-        return asyncio.run(
-            arun_rollout_items(
-                graph,
-                items,
-                concurrency=self.args.rollout_concurrency,
-                env_factory=self.env_factory,
-                callbacks=self.rollout_callbacks,
-                progress="rollouts" if self.accelerator.is_main_process else False,
-            )
-        )
+
+        async def run() -> list[Trajectory]:
+            try:
+                return await arun_rollout_items(
+                    graph,
+                    items,
+                    concurrency=self.args.rollout_concurrency,
+                    env_factory=self.env_factory,
+                    callbacks=self.rollout_callbacks,
+                    progress="rollouts" if self.accelerator.is_main_process else False,
+                )
+            finally:
+                await chat.aclose()
+
+        return asyncio.run(run())
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # type: ignore[override]
         args, acc = self.args, self.accelerator
