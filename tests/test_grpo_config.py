@@ -25,6 +25,9 @@ QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
         (["--task_split", "nope"], "Unknown split 'nope'"),
         (["--sync_mode", "full"], "sync_mode=full"),
         (["--experience", "true"], "experience=true"),
+        (["--attribution", '{"alfa": 0.1}'], "attribution has unknown keys ['alfa']"),
+        (["--attribution", '{"alpha": 1.5}'], "attribution.alpha=1.5 must be in [0, 1]"),
+        (["--attribution", '{"judge": "no_such_provider:some-model"}'], "no_such_provider:some-model"),
     ],
 )
 def test_bad_config_fails_with_the_intended_message(flags, message, tmp_path, capsys, monkeypatch):

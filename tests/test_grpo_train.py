@@ -59,3 +59,24 @@ def test_train_evaluate_and_resume(tmp_path, capsys):
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[-1]["policy/logp_gap_mean"] < 1e-3  # served weights = the restored ones
     assert rows[-1]["policy/staleness_mean"] == 0
+
+
+@pytest.mark.timeout(600)
+def test_train_with_attribution(tmp_path, capsys):
+    """ADCA with the reference judge: labels in the saved trajectories, metrics, the HTML report."""
+    from langgraph_evolver.types import Trajectory, read_jsonl
+    from trainers.grpo import cli
+
+    out = tmp_path / "adca"
+    figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "1", *SMALL,
+                   "--eval_before", "false", "--eval_after", "false", "--save_strategy", "no",
+                   "--attribution", '{"alpha": 0.2, "judge": "reference"}'])  # fmt: skip
+    assert figures["steps"] == 1
+    row = _metrics(out)[0]
+    assert row["adca/alpha"] == pytest.approx(0.2)
+    assert row["attribution/fallbacks"] == 0 and row["attribution/latency_s"] >= 0
+    assert "attribution/good_share_failed" in row or "attribution/good_share_success" in row
+    saved = [Trajectory.from_dict(d) for d in read_jsonl(out / "trajectories" / "step_00000.jsonl")]
+    assert saved and all(t.labels is not None and len(t.labels) == len(t.steps) for t in saved)
+    html = (out / "attribution_report.html").read_text()
+    assert figures["attribution_report"].endswith("attribution_report.html") and "GOOD" in html

@@ -24,7 +24,7 @@ from trl import GRPOConfig
 
 from langgraph_evolver.errors import ConfigError
 
-__all__ = ["EvolverGRPOConfig", "parse_level_weights"]
+__all__ = ["AttributionSettings", "EvolverGRPOConfig", "parse_level_weights"]
 
 # TRL 1.16 still sets transformers' deprecated `gradient_checkpointing` alias; the warning is not
 # actionable by our users.
@@ -50,6 +50,48 @@ def parse_level_weights(spec: str | dict | None) -> dict[int, float]:
         raise ConfigError(f"level_weights={spec!r} is not valid: write e.g. '1:1,2:2,3:3' (level:weight, weights >= 0, "
                           "at least one > 0).")  # fmt: skip
     return weights
+
+
+@dataclass(frozen=True)
+class AttributionSettings:
+    """The parsed ``attribution`` field of ``EvolverGRPOConfig``."""
+
+    enabled: bool = False
+    alpha: float = 0.1
+    judge: str = "reference"
+    alpha_decay: float | None = None
+    cutoff: int | None = None
+    judge_options: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: dict | str | bool | None) -> AttributionSettings:
+        if value is None or value == "" or value is False:
+            return cls()
+        if value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on")):
+            return cls(enabled=True)
+        if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off", "none", "null"):
+            return cls()
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"attribution={value!r} is neither true/false nor JSON ({e}); write e.g. "
+                                  '\'{"enabled": true, "alpha": 0.1, "judge": "reference"}\'.') from None  # fmt: skip
+        if not isinstance(value, dict):
+            raise ConfigError(f"attribution must be a mapping or true/false, got {type(value).__name__}.")
+        known = {"enabled", "alpha", "judge", "alpha_decay", "cutoff", "judge_options"}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ConfigError(f"attribution has unknown keys {unknown}; valid keys: {sorted(known)}.")
+        settings = cls(**{"enabled": True, **value})
+        if not 0.0 <= settings.alpha <= 1.0:
+            raise ConfigError(f"attribution.alpha={settings.alpha} must be in [0, 1] (0.1-0.2 published; 0.3 "
+                              "overfits the judge).")  # fmt: skip
+        if settings.alpha_decay is not None and not 0.0 < settings.alpha_decay <= 1.0:
+            raise ConfigError(f"attribution.alpha_decay={settings.alpha_decay} must be in (0, 1].")
+        if not isinstance(settings.judge_options, dict):
+            raise ConfigError("attribution.judge_options must be a mapping of LLMJudge keyword arguments.")
+        return settings
 
 
 @dataclass
@@ -142,7 +184,15 @@ class EvolverGRPOConfig(GRPOConfig):
         default=1, metadata={"help": "Adapter versions kept loaded at the endpoint (older ones are unloaded)."}
     )
     # -- mechanisms (later issues) -------------------------------------------------------------
-    attribution: bool = field(default=False, metadata={"help": "Self-attributing: step-level credit from a judge."})
+    attribution: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Self-attributing (ADCA): step-level credit from a judge. A mapping (YAML) or JSON string with "
+            "enabled (bool), alpha (0.1), judge ('reference' or a chat model such as 'openai:gpt-4.1-mini'), "
+            "alpha_decay (per step), cutoff (step after which plain GRPO resumes), judge_options (LLMJudge "
+            "keywords, e.g. max_concurrency, model_kwargs); 'true'/'false' toggles it with the defaults."
+        },
+    )
     experience: bool = field(default=False, metadata={"help": "Self-navigating: retrieve and strip experiences."})
     synthetic_tasks: bool = field(default=False, metadata={"help": "Self-questioning: train on synthesized tasks."})
 
@@ -199,9 +249,9 @@ class EvolverGRPOConfig(GRPOConfig):
         for name, issue in (("experience", "self-navigating"), ("synthetic_tasks", "self-questioning")):
             if getattr(self, name):
                 problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
-        if self.attribution:
-            problems.append(
-                "attribution=true (self-attributing) is not available in this version yet; set it to false."
-            )
+        try:
+            self.attribution_settings = AttributionSettings.parse(self.attribution)
+        except ConfigError as e:
+            problems.append(str(e))
         if problems:
             raise ConfigError("Invalid training config:\n  - " + "\n  - ".join(problems))

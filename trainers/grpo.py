@@ -182,6 +182,10 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
                           "lora_alpha, lora_target_modules), or use sync_mode=full on GPUs.")  # fmt: skip
     if cfg.sync_mode == "full":
         FullSync.check_available()
+    if cfg.attribution_settings.enabled:  # an unusable judge spec fails here, before anything is written
+        from langgraph_evolver.attribution import make_judge
+
+        make_judge(cfg.attribution_settings.judge, **cfg.attribution_settings.judge_options)
     train_tasks = _load_tasks(cfg)
     eval_env = load_environment(cfg.env_id, **(cfg.env_args or {}))
     eval_tasks = eval_env.list_tasks(script_args.eval_split)[: script_args.eval_limit]
@@ -254,6 +258,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
             plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png",
                               eval_before=evals.get("before", {}).get("all", {}).get(f"avg@{k}"),
                               eval_after=evals.get("after", {}).get("all", {}).get(f"avg@{k}"), k=k)  # fmt: skip
+            if cfg.attribution_settings.enabled:
+                report = _attribution_report(out, figures)
+                figures["attribution_report"] = str(report)
             print(json.dumps(figures))
         if isinstance(trainer.policy, LoraSync) and state.is_main_process and not server:
             trainer.policy.close()
@@ -261,6 +268,17 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
         if server is not None:
             server.stop()
     return figures
+
+
+def _attribution_report(out: Path, figures: dict[str, Any], *, last_steps: int = 10) -> Path:
+    """``attribution_report.html``: the saved trajectories of the last steps, steps coloured GOOD/BAD."""
+    from langgraph_evolver.attribution.report import write_attribution_report
+    from langgraph_evolver.types import Trajectory, read_jsonl
+
+    files = sorted((out / "trajectories").glob("step_*.jsonl"))[-last_steps:]
+    trajectories = [Trajectory.from_dict(d) for f in files for d in read_jsonl(f)]
+    return write_attribution_report(trajectories, out / "attribution_report.html", metrics=figures,
+                                    title=f"Step attribution: {out.name} (last {len(files)} steps)")  # fmt: skip
 
 
 def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, started: float) -> dict[str, Any]:
@@ -296,7 +314,17 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
     return figures
 
 
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so ``finally`` blocks stop the policy server we started."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
+    _exit_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("trainers").setLevel(logging.INFO)
     try:

@@ -40,13 +40,14 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from langgraph_evolver.advantages import group_advantages
+from langgraph_evolver.advantages import adca_advantages, adca_alpha, group_advantages
+from langgraph_evolver.attribution import aattribute_batch, apply_attribution, label_signs, make_judge
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
 from .samples import Sample, collate, length_grouped_chunks, padded_tokens, padding_sample, trajectory_samples
 
-__all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward"]
+__all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward", "transition_advantages"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,18 @@ def environment_reward(prompts: list, completions: list, **kwargs: Any) -> list[
     """TRL requires a reward source at construction; here rewards come from ``Environment.evaluate``
     inside each rollout, so TRL's reward path is never taken. Reaching this is a bug."""
     raise RuntimeError("environment_reward is only a marker: EvolverGRPOTrainer scores whole rollouts itself.")
+
+
+def transition_advantages(trajectory: Trajectory, step_advantages: list[float] | None) -> float | list[float] | None:
+    """The advantages of a rollout's LLM calls: one value for all, one per call, or ``None`` (no signal)."""
+    if step_advantages is None or not any(step_advantages):
+        return None
+    if len(step_advantages) == 1:
+        return step_advantages[0]
+    if len(step_advantages) != len(trajectory.steps):
+        raise ValueError(f"{len(step_advantages)} step advantages for the {len(trajectory.steps)} steps of "
+                         f"{trajectory.id}.")  # fmt: skip
+    return [a for s, a in zip(trajectory.steps, step_advantages, strict=True) if s.transition is not None]
 
 
 class EvolverGRPOTrainer(GRPOTrainer):
@@ -112,6 +125,10 @@ class EvolverGRPOTrainer(GRPOTrainer):
         window = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
         self.max_sample_length = args.max_sample_length or window
         self.last_trajectories: list[Trajectory] = []
+        # One event loop for the whole run: rollouts and the judge keep their HTTP clients across steps.
+        self._loop = asyncio.new_event_loop()
+        settings = args.attribution_settings
+        self.judge = make_judge(settings.judge, **settings.judge_options) if settings.enabled else None
 
     # -- batches ---------------------------------------------------------------------------------
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
@@ -169,7 +186,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
             finally:
                 await chat.aclose()
 
-        return asyncio.run(run())
+        return self._loop.run_until_complete(run())
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # type: ignore[override]
         args, acc = self.args, self.accelerator
@@ -183,31 +200,24 @@ class EvolverGRPOTrainer(GRPOTrainer):
         started = time.perf_counter()
         trajectories = self._run_rollouts(items)
         rollout_s = time.perf_counter() - started
+        trajectories = self._attribute(trajectories)
         self.last_trajectories = trajectories
 
-        # Rewards and group advantages over every rank's rollouts.
-        local = [
-            (traj.group_id, shaped_reward(traj, args.malformed_call_penalty), traj.reward) for traj in trajectories
-        ]
+        # Rewards (and step labels) of every rank's rollouts; advantages per LLM call.
+        attributing = self.judge is not None
+        local = [(t.group_id, shaped_reward(t, args.malformed_call_penalty), t.reward,
+                  label_signs(t) if attributing else None) for t in trajectories]  # fmt: skip
         everything = gather_object(local)
-        adv = group_advantages(
-            [r for _, r, _ in everything], [gid for gid, _, _ in everything], scale=args.scale_rewards
-        )
-        local_adv = adv.advantages[offset : offset + len(trajectories)]
-
+        per_rollout, adv = self._advantages(everything, step)
         samples: list[Sample] = []
-        for traj, a in zip(trajectories, local_adv, strict=True):
-            if a is None or a == 0.0:
+        for traj, step_advs in zip(trajectories, per_rollout[offset : offset + len(trajectories)], strict=True):
+            values = transition_advantages(traj, step_advs)
+            if values is None:
                 continue
             samples.extend(
-                trajectory_samples(
-                    traj,
-                    a,
-                    epsilon_high=self.epsilon_high,
-                    merge=args.merge_prefix_transitions,
-                    max_length=self.max_sample_length,
-                )
-            )
+                trajectory_samples(traj, values, epsilon_high=self.epsilon_high,
+                                   merge=args.merge_prefix_transitions, max_length=self.max_sample_length)
+            )  # fmt: skip
         trained_tokens = sum(s.trained_tokens for s in samples)
         counts = gather_object([(len(samples), trained_tokens)])
         rows = max(max(c for c, _ in counts), 1)
@@ -217,7 +227,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         global_tokens = sum(t for _, t in counts)
         if global_tokens == 0 and acc.is_main_process:
             logger.warning("step %d: no usable rollouts (%d failed, %d of %d groups zero-variance); this step has no "
-                           "gradient.", step, sum(r is None for _, r, _ in everything), adv.zero_variance_groups,
+                           "gradient.", step, sum(r is None for _, r, *_ in everything), adv.zero_variance_groups,
                            adv.groups)  # fmt: skip
 
         batches = []
@@ -236,6 +246,51 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self._save_trajectories(trajectories, step)
         metrics["rollout/time_s"].append(rollout_s)
         return batches
+
+    def _attribute(self, trajectories: list[Trajectory]) -> list[Trajectory]:
+        """Label every step GOOD/BAD with the judge (self-attributing); a judge failure is a fallback."""
+        if self.judge is None:
+            return trajectories
+        started = time.perf_counter()
+        verdicts = self._loop.run_until_complete(aattribute_batch(trajectories, self.judge))
+        labelled = [apply_attribution(t, v) for t, v in zip(trajectories, verdicts, strict=True)]
+        local = [0.0] * 9  # good/all steps in successful and failed rollouts, fallbacks, tokens in/out, cost, n
+        for t, v in zip(labelled, verdicts, strict=True):
+            signs = label_signs(t) or []
+            k = 0 if (t.reward or 0.0) >= 1.0 else 2
+            local[k] += sum(x > 0 for x in signs)
+            local[k + 1] += len(signs)
+            local[4] += v.labels is None
+            local[5] += v.input_tokens
+            local[6] += v.output_tokens
+            local[7] += v.cost_usd
+            local[8] += 1
+        total = [sum(col) for col in zip(*gather_object([local]), strict=True)]
+        m = self._metrics["train"]
+        if total[1]:
+            m["attribution/good_share_success"].append(total[0] / total[1])
+        if total[3]:
+            m["attribution/good_share_failed"].append(total[2] / total[3])
+        m["attribution/fallbacks"].append(total[4])
+        m["attribution/input_tokens"].append(total[5])
+        m["attribution/output_tokens"].append(total[6])
+        m["attribution/cost_usd"].append(total[7])
+        m["attribution/latency_s"].append(time.perf_counter() - started)
+        return labelled
+
+    def _advantages(self, everything: list, step: int) -> tuple[list[list[float] | None], Any]:
+        """Per rollout: GRPO's one advantage (as a 1-list), or ADCA's one per step."""
+        rewards = [r for _, r, *_ in everything]
+        groups = [gid for gid, *_ in everything]
+        settings = self.args.attribution_settings
+        if self.judge is None:
+            adv = group_advantages(rewards, groups, scale=self.args.scale_rewards)
+            return [None if a is None else [a] for a in adv.advantages], adv
+        alpha = adca_alpha(step, alpha=settings.alpha, decay=settings.alpha_decay, cutoff=settings.cutoff)
+        res = adca_advantages(rewards, [labels for *_, labels in everything], groups, alpha=alpha)
+        self._metrics["train"]["adca/alpha"].append(alpha)
+        self._metrics["train"]["adca/no_signal_share"].append(res.no_signal_groups / res.groups if res.groups else 0.0)
+        return res.step_advantages, res
 
     @torch.no_grad()
     def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -290,8 +345,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
     def _log_generation(self, everything: list, adv: Any, trajectories: list[Trajectory], samples: list[Sample],
                         rollout_s: float, step: int) -> None:  # fmt: skip
         m = self._metrics["train"]
-        outcome = [r for _, _, r in everything if r is not None]
-        shaped = [r for _, r, _ in everything if r is not None]
+        outcome = [r for _, _, r, _ in everything if r is not None]
+        shaped = [r for _, r, _, _ in everything if r is not None]
         stats = gather_object([self._rollout_stats(trajectories, samples, step)])
         total = {k: sum(s[k] for s in stats) if k != "failed_reasons" else "".join(s[k] for s in stats)
                  for k in stats[0]}  # fmt: skip
@@ -301,7 +356,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         m["success"].append(sum(r == 1.0 for r in outcome) / len(outcome) if outcome else 0.0)
         m["zero_variance_share"].append(adv.zero_variance_share)
         m["frac_reward_zero_std"].append(adv.zero_variance_share)
-        m["rollout/failed"].append(sum(r is None for _, r, _ in everything))
+        m["rollout/failed"].append(sum(r is None for _, r, _, _ in everything))
         m["rollout/turns_mean"].append(total["turns"] / max(total["rollouts"], 1))
         m["rollout/well_formed_calls"].append(1 - total["malformed"] / max(total["attempts"], 1))
         m["rollout/per_s"].append(total["rollouts"] / max(rollout_s, 1e-9))

@@ -1,0 +1,69 @@
+"""Self-attributing: a judge labels every step of a trajectory GOOD or BAD, for ADCA step credit.
+
+- ``attribute_steps(trajectory, judge)`` / ``aattribute_steps`` / ``aattribute_batch`` return an
+  ``Attribution`` per trajectory: one ``StepLabel`` per step, or ``labels=None`` when the judge
+  failed and the trajectory falls back to outcome-only credit (counted).
+- Judges (``make_judge``): ``"reference"`` (``ReferenceJudge``: deterministic, from the task's
+  reference solution, no LLM), or any LangChain chat model (``LLMJudge``: one call per
+  trajectory, lenient parsing, retries with backoff, bounded concurrency, cache, token and cost
+  accounting). Prompts are in ``prompts.py``.
+- ``create_attribution_node`` wraps the mechanism as a LangGraph node; ``apply_attribution``
+  writes a verdict into a trajectory; ``label_signs`` gives ``adca_advantages`` its ``+1``/``-1``.
+
+Example:
+    >>> from langgraph_evolver.attribution import apply_attribution, attribute_steps, label_signs
+    >>> verdict = attribute_steps(trajectory, "reference")                  # doctest: +SKIP
+    >>> verdict = attribute_steps(trajectory, "openai:gpt-4.1-mini", max_concurrency=16)   # doctest: +SKIP
+    >>> label_signs(apply_attribution(trajectory, verdict))                 # doctest: +SKIP
+    [1, -1, 1]
+"""
+
+from .attribute import (
+    aattribute_batch,
+    aattribute_steps,
+    attribute_batch,
+    attribute_steps,
+    create_attribution_node,
+    make_judge,
+)
+from .core import (
+    Attribution,
+    Judge,
+    JudgeStats,
+    StepLabel,
+    apply_attribution,
+    label_signs,
+    summarize_attributions,
+)
+from .judges import LLMJudge
+from .prompts import (
+    DEFAULT_ATTRIBUTION_PROMPT,
+    DEFAULT_FAILURE_RULES,
+    DEFAULT_RETRY_PROMPT,
+    DEFAULT_STEP_FORMAT,
+    DEFAULT_SUCCESS_RULES,
+)
+from .reference import ReferenceJudge
+
+__all__ = [
+    "DEFAULT_ATTRIBUTION_PROMPT",
+    "DEFAULT_FAILURE_RULES",
+    "DEFAULT_RETRY_PROMPT",
+    "DEFAULT_STEP_FORMAT",
+    "DEFAULT_SUCCESS_RULES",
+    "Attribution",
+    "Judge",
+    "JudgeStats",
+    "LLMJudge",
+    "ReferenceJudge",
+    "StepLabel",
+    "aattribute_batch",
+    "aattribute_steps",
+    "apply_attribution",
+    "attribute_batch",
+    "attribute_steps",
+    "create_attribution_node",
+    "label_signs",
+    "make_judge",
+    "summarize_attributions",
+]

@@ -1,0 +1,351 @@
+"""``LLMJudge``: any LangChain chat model labels every step of a trajectory GOOD or BAD.
+
+One model call per trajectory, with the prompt of ``prompts.py``: the task, every step's action
+and trimmed observation, the outcome score, and stricter rules when the outcome failed. The answer
+is parsed leniently (``parsing.parse_labels``); an answer that leaves steps unlabelled is followed
+by a message naming them, and labels are merged across attempts. Exceptions and timeouts are
+retried too. Every retry waits ``backoff_s * 2**k`` seconds (capped at ``max_backoff_s``). When
+``max_retries`` retries do not label every step, the verdict is an outcome-only fallback
+(``labels=None`` with the reason in ``error``) and ``stats.fallbacks`` counts it; nothing raises.
+
+Model calls are bounded by ``max_concurrency`` per judge (across all concurrent ``ajudge`` calls
+on one event loop). Verdicts are cached by a sha256 of the judge's identity (model, prompts,
+options) and the rendered prompt (which holds the query, every step's action, observation and
+error, and the outcome): in memory, or also in a JSONL file that later runs reuse. Identical
+trajectories judged concurrently share one model call. Fallbacks are not cached.
+
+Example:
+    >>> from langgraph_evolver.testing import ScriptedChatModel
+    >>> from langchain_core.messages import AIMessage
+    >>> from langgraph_evolver.types import Action, Step, Task, Trajectory
+    >>> judge = LLMJudge(ScriptedChatModel([AIMessage("Step 1: GOOD - answered")]))
+    >>> steps = (Step(index=0, action=Action(content="hi")),)
+    >>> traj = Trajectory(id="t", task=Task(id="a", query="Say hi"), steps=steps, reward=1.0)
+    >>> [x.label for x in judge.judge(traj).labels]
+    ['GOOD']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import time
+import weakref
+from collections.abc import Coroutine, MutableMapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable
+
+from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.types import Trajectory
+
+from .core import Attribution, JudgeStats, Label, StepLabel
+from .parsing import parse_labels, render_steps
+from .prompts import (
+    ATTRIBUTION_PROMPT_FIELDS,
+    DEFAULT_ATTRIBUTION_PROMPT,
+    DEFAULT_FAILURE_RULES,
+    DEFAULT_RETRY_PROMPT,
+    DEFAULT_STEP_FORMAT,
+    DEFAULT_SUCCESS_RULES,
+    RETRY_PROMPT_FIELDS,
+    STEP_FORMAT_FIELDS,
+)
+
+__all__ = ["LLMJudge", "run_sync"]
+
+T = TypeVar("T")
+Cache = MutableMapping[str, list[list[str]]]
+"""cache key -> one ``[label, reason]`` per step, in step order."""
+
+
+def _check_template(name: str, template: str, fields: tuple[str, ...]) -> None:
+    try:
+        template.format(**{f: f"<{f}>" for f in fields})
+    except (KeyError, IndexError, ValueError) as e:
+        raise ConfigError(
+            f"{name} is not a valid template ({type(e).__name__}: {e}); it may use only the fields "
+            f"{', '.join('{' + f + '}' for f in fields)}, and literal braces must be doubled."
+        ) from None
+
+
+def _model_id(model: Any) -> str:
+    for attr in ("model_name", "model", "model_id", "deployment_name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    default = getattr(model, "_default_config", None)  # init_chat_model(..., configurable_fields=...)
+    if isinstance(default, dict) and isinstance(default.get("model"), str):
+        return default["model"]
+    return str(getattr(model, "_llm_type", type(model).__name__))
+
+
+def _usage(message: Any) -> tuple[int, int]:
+    usage = getattr(message, "usage_metadata", None)
+    if usage:
+        return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    token_usage = (getattr(message, "response_metadata", None) or {}).get("token_usage") or {}
+    return int(token_usage.get("prompt_tokens") or 0), int(token_usage.get("completion_tokens") or 0)
+
+
+def _text(message: Any) -> str:
+    if isinstance(message, BaseMessage):
+        return message.text
+    return str(message)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, also when an event loop already runs here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class _JsonlCache(dict):
+    """A dict that appends every new entry to a JSONL file and loads the file on creation."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        if path.exists():
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        entry = json.loads(line)
+                        super().__setitem__(entry["key"], entry["labels"])
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        continue  # a torn last line from an interrupted run
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __setitem__(self, key: str, value: list[list[str]]) -> None:
+        super().__setitem__(key, value)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "labels": value}, ensure_ascii=False) + "\n")
+
+
+class LLMJudge:
+    """Labels every step of a trajectory GOOD or BAD with one chat-model call (plus retries).
+
+    Args:
+        model: Any LangChain chat model (hosted, vLLM or another OpenAI-compatible endpoint).
+        max_concurrency: Most model calls in flight at once for this judge.
+        max_retries: Extra attempts after the first when the answer leaves steps unlabelled or
+            the call fails; then the trajectory falls back to outcome-only.
+        backoff_s: Wait before the first retry; doubled for each further retry.
+        max_backoff_s: Cap on one wait.
+        timeout_s: Per-call timeout in seconds (``None``: none).
+        max_observation_chars: Each step's action and observation are trimmed to this length.
+        cache: ``True`` (in memory, this judge's lifetime), a mapping to share, a JSONL file path
+            to persist verdicts across runs, or ``None``/``False`` for no cache.
+        price_per_1k_input: Dollars per 1,000 input tokens, for ``cost_usd``.
+        price_per_1k_output: Dollars per 1,000 output tokens.
+        success_threshold: A reward at or above it means the task succeeded.
+        prompt: The attribution prompt (fields: see ``prompts.py``).
+        success_rules: ``{rules}`` when the outcome succeeded or is unknown.
+        failure_rules: ``{rules}`` when the outcome failed (stricter).
+        retry_prompt: Sent after an answer with unlabelled steps.
+        step_format: How one step is shown (fields ``number``, ``action``, ``observation``).
+        name: Overrides the judge's name (default ``"llm:<model>"``).
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel | Runnable,
+        *,
+        max_concurrency: int = 8,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        timeout_s: float | None = 60.0,
+        max_observation_chars: int = 400,
+        cache: bool | MutableMapping[str, Any] | str | Path | None = True,
+        price_per_1k_input: float = 0.0,
+        price_per_1k_output: float = 0.0,
+        success_threshold: float = 1.0,
+        prompt: str = DEFAULT_ATTRIBUTION_PROMPT,
+        success_rules: str = DEFAULT_SUCCESS_RULES,
+        failure_rules: str = DEFAULT_FAILURE_RULES,
+        retry_prompt: str = DEFAULT_RETRY_PROMPT,
+        step_format: str = DEFAULT_STEP_FORMAT,
+        name: str | None = None,
+    ) -> None:
+        if not hasattr(model, "ainvoke"):
+            raise ConfigError(f"LLMJudge needs a LangChain chat model, got {type(model).__name__}.")
+        if max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}.")
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {max_retries}.")
+        if backoff_s < 0 or max_backoff_s < 0:
+            raise ConfigError(f"backoff_s and max_backoff_s must be >= 0, got {backoff_s} and {max_backoff_s}.")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0 or None, got {timeout_s}.")
+        if price_per_1k_input < 0 or price_per_1k_output < 0:
+            raise ConfigError("Token prices must be >= 0.")
+        _check_template("prompt", prompt, ATTRIBUTION_PROMPT_FIELDS)
+        _check_template("retry_prompt", retry_prompt, RETRY_PROMPT_FIELDS)
+        _check_template("step_format", step_format, STEP_FORMAT_FIELDS)
+        self.model = model
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.timeout_s = timeout_s
+        self.max_observation_chars = max_observation_chars
+        self.price_per_1k_input = price_per_1k_input
+        self.price_per_1k_output = price_per_1k_output
+        self.success_threshold = success_threshold
+        self.prompt, self.retry_prompt, self.step_format = prompt, retry_prompt, step_format
+        self.success_rules, self.failure_rules = success_rules, failure_rules
+        self.name = name or f"llm:{_model_id(model)}"
+        self.stats = JudgeStats()
+        self.cache: MutableMapping[str, Any] | None
+        if cache is True:
+            self.cache = {}
+        elif cache is None or cache is False:
+            self.cache = None
+        elif isinstance(cache, str | Path):
+            self.cache = _JsonlCache(Path(cache))
+        elif isinstance(cache, MutableMapping):
+            self.cache = cache
+        else:
+            raise ConfigError(f"cache must be True, False/None, a dict or a file path; got {type(cache).__name__}.")
+        identity = json.dumps([self.name, prompt, success_rules, failure_rules, retry_prompt, step_format,
+                               max_observation_chars, success_threshold])  # fmt: skip
+        self._identity = hashlib.sha256(identity.encode()).hexdigest()
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._inflight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return f"LLMJudge(name={self.name!r}, max_concurrency={self.max_concurrency}, max_retries={self.max_retries})"
+
+    # -- prompt ------------------------------------------------------------------------------
+    def render_prompt(self, trajectory: Trajectory) -> str:
+        """The attribution prompt for ``trajectory``."""
+        reward = trajectory.reward
+        if reward is None:
+            score, outcome, rules = "unknown", "has an unknown outcome", self.success_rules
+        elif reward >= self.success_threshold:
+            score, outcome, rules = f"{reward:.2f}", "succeeded", self.success_rules
+        else:
+            score, outcome, rules = f"{reward:.2f}", "failed", self.failure_rules
+        steps = render_steps(trajectory.steps, max_observation_chars=self.max_observation_chars,
+                             step_format=self.step_format)  # fmt: skip
+        return self.prompt.format(task=trajectory.task.query, steps=steps, num_steps=len(trajectory.steps),
+                                  score=score, outcome=outcome, rules=rules)  # fmt: skip
+
+    def cache_key(self, trajectory: Trajectory) -> str:
+        """sha256 of this judge's identity and the rendered prompt (the trajectory's content)."""
+        return self._key(self.render_prompt(trajectory))
+
+    def _key(self, prompt: str) -> str:
+        return hashlib.sha256(f"{self._identity}\n{prompt}".encode()).hexdigest()
+
+    # -- judging -----------------------------------------------------------------------------
+    def judge(self, trajectory: Trajectory) -> Attribution:
+        """Synchronous ``ajudge``."""
+        return run_sync(self.ajudge(trajectory))
+
+    async def ajudge(self, trajectory: Trajectory) -> Attribution:
+        """Label every step of ``trajectory``; a judge failure gives an outcome-only fallback."""
+        if not trajectory.steps:
+            verdict = Attribution(trajectory_id=trajectory.id, labels=(), judge=self.name)
+            self.stats.add(verdict)
+            return verdict
+        prompt = self.render_prompt(trajectory)
+        key = self._key(prompt)
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is not None and len(cached) == len(trajectory.steps):
+            verdict = self._verdict_from(trajectory, cached, cached=True)
+        else:
+            verdict = await self._judge_once(trajectory, prompt, key)
+        self.stats.add(verdict)
+        return verdict
+
+    def _verdict_from(self, trajectory: Trajectory, rows: list[list[str]], **fields: Any) -> Attribution:
+        labels = tuple(
+            StepLabel(step=s.index, label=label, reason=reason)  # type: ignore[arg-type]
+            for s, (label, reason) in zip(trajectory.steps, rows, strict=True)
+        )
+        return Attribution(trajectory_id=trajectory.id, labels=labels, judge=self.name, **fields)
+
+    async def _judge_once(self, trajectory: Trajectory, prompt: str, key: str) -> Attribution:
+        """Judge with the model, sharing one call among identical trajectories in flight."""
+        loop = asyncio.get_running_loop()
+        inflight = self._inflight.setdefault(loop, {})
+        pending = inflight.get(key)
+        if pending is not None:
+            first: Attribution = await asyncio.shield(pending)
+            if first.labels is None:
+                return Attribution(trajectory_id=trajectory.id, labels=None, judge=self.name, error=first.error)
+            rows = [[x.label, x.reason] for x in first.labels]
+            return self._verdict_from(trajectory, rows, cached=True)
+        future: asyncio.Future = loop.create_future()
+        inflight[key] = future
+        try:
+            verdict = await self._call_model(trajectory, prompt, key)
+            future.set_result(verdict)
+            return verdict
+        finally:
+            inflight.pop(key, None)
+            if not future.done():
+                future.cancel()
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
+        return sem
+
+    async def _call_model(self, trajectory: Trajectory, prompt: str, key: str) -> Attribution:
+        n = len(trajectory.steps)
+        messages: list[BaseMessage] = [HumanMessage(prompt)]
+        found: dict[int, tuple[Label, str]] = {}
+        attempts = input_tokens = output_tokens = 0
+        waited = 0.0
+        problem = ""
+        started = time.perf_counter()
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
+            queued = time.perf_counter()
+            async with self._semaphore():
+                waited += time.perf_counter() - queued
+                attempts += 1
+                try:
+                    reply = await asyncio.wait_for(self.model.ainvoke(messages), self.timeout_s)
+                except Exception as e:  # retried: rate limits, timeouts, server errors
+                    problem = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                    continue
+            got_in, got_out = _usage(reply)
+            input_tokens, output_tokens = input_tokens + got_in, output_tokens + got_out
+            text = _text(reply)
+            found.update(parse_labels(text, n))
+            missing = [i for i in range(1, n + 1) if i not in found]
+            if not missing:
+                break
+            problem = f"no label for step(s) {missing} (last answer: {text[:200]!r})"
+            messages = [*messages, AIMessage(text), HumanMessage(self.retry_prompt.format(
+                missing=", ".join(map(str, missing)), num_steps=n))]  # fmt: skip
+        cost = input_tokens / 1000 * self.price_per_1k_input + output_tokens / 1000 * self.price_per_1k_output
+        fields: dict[str, Any] = {"attempts": attempts, "latency_s": time.perf_counter() - started - waited,
+                  "input_tokens": input_tokens, "output_tokens": output_tokens, "cost_usd": cost}  # fmt: skip
+        if len(found) < n:
+            error = f"judge failed after {attempts} attempt(s): {problem}"
+            return Attribution(trajectory_id=trajectory.id, labels=None, judge=self.name, error=error, **fields)
+        rows = [[found[i][0], found[i][1]] for i in range(1, n + 1)]
+        if self.cache is not None:
+            self.cache[key] = rows
+        return self._verdict_from(trajectory, rows, **fields)
