@@ -64,6 +64,10 @@ def test_config_and_adapter_flags(tmp_path, tiny_policy_url, capsys):
     figures = main(["--config", str(cfg), "--base-url", tiny_policy_url, "--adapter", str(adapter), "--limit", "2",
                     "--k", "1", "--output-dir", str(tmp_path / "out"), "--quiet"])  # fmt: skip
     assert figures["model"].startswith("adapter-") and figures["k"] == 1 and figures["all"]["samples"] == 2
+    import httpx
+
+    root = tiny_policy_url.removesuffix("/v1")  # the server is shared by the session: leave it as found
+    assert httpx.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": figures["model"]}).status_code == 200
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["model"] == figures["model"]
     with pytest.raises(SystemExit):
         main(["--config", str(tmp_path / "missing.yaml")])
