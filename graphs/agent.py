@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import operator
 import os
+import uuid
 from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -113,6 +114,10 @@ def _text(ai: AIMessage) -> str:
     return ai.content if isinstance(ai.content, str) else ai.text
 
 
+def _run_id(ai: AIMessage) -> str | None:
+    return (ai.response_metadata or {}).get("llm_run_id")
+
+
 async def _execute_calls(env: Any, ai: AIMessage, calls: list[ToolCall], turn: int, transition: Any) -> dict[str, Any]:
     """Run the turn's tool calls in the environment; an environment failure ends the rollout."""
     step_error = None
@@ -129,9 +134,8 @@ async def _execute_calls(env: Any, ai: AIMessage, calls: list[ToolCall], turn: i
             ToolObservation(call_id=c.id, name=c.name, content=f"Error: {msg}", is_error=True) for c in calls
         )
         done, errors = True, [msg]
-    step = Step(
-        index=turn - 1, action=action, observations=tuple(observations), transition=transition, error=step_error
-    )
+    step = Step(index=turn - 1, action=action, observations=tuple(observations), transition=transition,
+                error=step_error, llm_run_id=_run_id(ai))  # fmt: skip
     tool_messages = [
         ToolMessage(o.content, tool_call_id=o.call_id, name=o.name, status="error" if o.is_error else "success")
         for o in observations
@@ -191,7 +195,9 @@ def create_agent_graph(
         except NotImplementedError:  # scripted test models
             bound = model
         try:
-            ai = await bound.ainvoke(prompt, config)
+            run_id = uuid.uuid4()  # named, so the step can point at its LLM run (trace, LangSmith feedback)
+            ai = await bound.ainvoke(prompt, {**config, "run_id": run_id})
+            ai.response_metadata["llm_run_id"] = str(run_id)
         except Exception as e:
             return {"turn": state.get("turn", 0) + 1, "finish_reason": "error",
                     "errors": [f"policy call failed: {type(e).__name__}: {e}"]}  # fmt: skip
@@ -207,7 +213,7 @@ def create_agent_graph(
         else:  # the model wrote a <tool_call> block that did not parse: tell it, as the next user turn
             feedback = ToolObservation(call_id="", name="", content=PARSE_ERROR_FEEDBACK, is_error=True)
             step = Step(index=turn - 1, action=Action(content=_text(ai)), observations=(feedback,),
-                        transition=transition, error="unparseable tool call")  # fmt: skip
+                        transition=transition, error="unparseable tool call", llm_run_id=_run_id(ai))  # fmt: skip
             update = {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)], "steps": [step.to_dict()]}
         if not update.get("done") and turn >= max_turns:
             update.update(done=True, finish_reason="max_turns")
@@ -222,7 +228,7 @@ def create_agent_graph(
             await live_environment(state["env_handle"]).astep(action)
         except Exception as e:
             errors.append(f"environment rejected the final answer: {type(e).__name__}: {e}")
-        step = Step(index=turn - 1, action=action, transition=transition_from_message(ai))
+        step = Step(index=turn - 1, action=action, transition=transition_from_message(ai), llm_run_id=_run_id(ai))
         return {"steps": [step.to_dict()], "done": True, "finish_reason": "final_answer", "errors": errors}
 
     async def finish(state: AgentState) -> dict[str, Any]:

@@ -218,6 +218,8 @@ class Step:
     """``None`` when the chat model did not return token ids (e.g. a hosted model)."""
     error: str | None = None
     """Set when the turn's output could not be parsed or executed as intended."""
+    llm_run_id: str | None = None
+    """The LangChain run id of this step's LLM call (trace and LangSmith feedback target)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -226,6 +228,7 @@ class Step:
             "observations": [o.to_dict() for o in self.observations],
             "transition": None if self.transition is None else self.transition.to_dict(),
             "error": self.error,
+            "llm_run_id": self.llm_run_id,
         }
 
     @classmethod
@@ -237,6 +240,7 @@ class Step:
             observations=tuple(ToolObservation.from_dict(o) for o in data.get("observations") or []),
             transition=None if tr is None else Transition.from_dict(tr),
             error=data.get("error"),
+            llm_run_id=data.get("llm_run_id"),
         )
 
 

@@ -468,3 +468,41 @@ async def test_llm_judge_over_http_against_the_tiny_policy(tiny_policy_url):
     assert judge.stats.fallbacks == (verdict.labels is None) and judge.stats.model_calls == verdict.attempts
     if verdict.labels is None:
         assert "judge failed after 2 attempt(s)" in verdict.error
+
+
+def test_labels_go_to_each_steps_traced_llm_run_as_feedback(tiny_policy_url, tmp_path):
+    """Each step records its LLM call's run id (the one the tracer records); feedback targets it."""
+    from env_tools.sandbox import seed_tasks
+    from graphs.agent import create_agent_graph
+    from langgraph_evolver import JsonlTracer, PolicyChatModel, read_runs, run_rollouts
+    from langgraph_evolver.attribution import FEEDBACK_KEY, write_langsmith_feedback
+
+    tasks = [t for t in seed_tasks("test") if t.metadata["level"] == 2][:2]
+    graph = create_agent_graph(PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=96))
+    with JsonlTracer(tmp_path / "runs.jsonl") as tracer:
+        trajectories = run_rollouts(graph, tasks, callbacks=[tracer])
+    llm_runs = {r["id"] for r in read_runs(tmp_path / "runs.jsonl") if r["run_type"] == "llm"}
+    step_runs = [s.llm_run_id for t in trajectories for s in t.steps]
+    assert step_runs and all(step_runs) and set(step_runs) <= llm_runs
+    assert len(set(step_runs)) == len(step_runs)
+
+    labelled = [apply_attribution(t, attribute_steps(t, "reference")) for t in trajectories]
+
+    class RecordingClient:  # LangSmith is unreachable here; record what would be sent
+        def __init__(self, fail_after: int | None = None) -> None:
+            self.calls: list[tuple] = []
+            self.fail_after = fail_after
+
+        def create_feedback(self, run_id, **kwargs):
+            if self.fail_after is not None and len(self.calls) >= self.fail_after:
+                raise ConnectionError("LangSmith down")
+            self.calls.append((run_id, kwargs))
+
+    client = RecordingClient()
+    assert write_langsmith_feedback(labelled, client=client) == (len(step_runs), 0)
+    expected = {s.llm_run_id: x for t in labelled for s, x in zip(t.steps, t.labels or (), strict=True)}
+    for run_id, kwargs in client.calls:
+        label = expected[run_id]
+        assert kwargs["key"] == FEEDBACK_KEY and kwargs["value"] == label["label"]
+        assert kwargs["score"] == (1.0 if label["label"] == "GOOD" else 0.0) and kwargs["comment"] == label["reason"]
+    assert write_langsmith_feedback(labelled, client=RecordingClient(fail_after=1)) == (1, len(step_runs) - 1)

@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +42,14 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from langgraph_evolver.advantages import adca_advantages, adca_alpha, group_advantages
-from langgraph_evolver.attribution import aattribute_batch, apply_attribution, label_signs, make_judge
+from langgraph_evolver.attribution import (
+    aattribute_batch,
+    apply_attribution,
+    label_signs,
+    make_judge,
+    write_langsmith_feedback,
+)
+from langgraph_evolver.tracing import langsmith_enabled
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
@@ -276,6 +284,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
         m["attribution/output_tokens"].append(total[6])
         m["attribution/cost_usd"].append(total[7])
         m["attribution/latency_s"].append(time.perf_counter() - started)
+        if langsmith_enabled():  # labels as feedback on each step's LLM run, off the training path
+            threading.Thread(target=write_langsmith_feedback, args=(labelled,), daemon=True).start()
         return labelled
 
     def _advantages(self, everything: list, step: int) -> tuple[list[list[float] | None], Any]:

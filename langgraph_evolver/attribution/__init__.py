@@ -7,6 +7,7 @@
   reference solution, no LLM), or any LangChain chat model (``LLMJudge``: one call per
   trajectory, lenient parsing, retries with backoff, bounded concurrency, cache, token and cost
   accounting). Prompts are in ``prompts.py``.
+- ``write_langsmith_feedback`` attaches the labels to each step's LLM run in LangSmith.
 - ``create_attribution_node`` wraps the mechanism as a LangGraph node; ``apply_attribution``
   writes a verdict into a trajectory; ``label_signs`` gives ``adca_advantages`` its ``+1``/``-1``.
 
@@ -35,6 +36,7 @@ from .core import (
     label_signs,
     summarize_attributions,
 )
+from .feedback import FEEDBACK_KEY, write_langsmith_feedback
 from .judges import LLMJudge
 from .prompts import (
     DEFAULT_ATTRIBUTION_PROMPT,
@@ -51,6 +53,7 @@ __all__ = [
     "DEFAULT_RETRY_PROMPT",
     "DEFAULT_STEP_FORMAT",
     "DEFAULT_SUCCESS_RULES",
+    "FEEDBACK_KEY",
     "Attribution",
     "Judge",
     "JudgeStats",
@@ -66,4 +69,5 @@ __all__ = [
     "label_signs",
     "make_judge",
     "summarize_attributions",
+    "write_langsmith_feedback",
 ]
