@@ -111,18 +111,15 @@ def _check_model(model_args: Any) -> Path:
     return local
 
 
-def _load_tasks(cfg: Any) -> list[Task]:
+def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]:
+    """For each ``(split, limit)``: the first ``limit`` tasks of that split, from one environment instance."""
     from env_tools.base import load_environment
 
     env = load_environment(cfg.env_id, **(cfg.env_args or {}))
     try:
-        tasks = env.list_tasks(cfg.task_split)
+        return [env.list_tasks(split)[:limit] for split, limit in requests]
     finally:
         env.close()
-    tasks = tasks[: cfg.task_limit] if cfg.task_limit else tasks
-    if not tasks:
-        raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
-    return tasks
 
 
 def _env_factory(cfg: Any) -> Any:
@@ -164,7 +161,6 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
     from transformers.trainer_callback import ProgressCallback
     from trl import get_peft_config
 
-    from env_tools.base import load_environment
     from langgraph_evolver.tracing import langsmith_callbacks
 
     from .callbacks import MetricsCallback, plot_reward_curve
@@ -186,10 +182,10 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
         from langgraph_evolver.attribution import make_judge
 
         make_judge(cfg.attribution_settings.judge, **cfg.attribution_settings.judge_options)
-    train_tasks = _load_tasks(cfg)
-    eval_env = load_environment(cfg.env_id, **(cfg.env_args or {}))
-    eval_tasks = eval_env.list_tasks(script_args.eval_split)[: script_args.eval_limit]
-    eval_env.close()
+    train_tasks, eval_tasks = _load_tasks(cfg, (cfg.task_split, cfg.task_limit or None),
+                                          (script_args.eval_split, script_args.eval_limit))  # fmt: skip
+    if not train_tasks:
+        raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
     if (script_args.eval_before or script_args.eval_after) and not eval_tasks:
         raise ConfigError(f"No held-out tasks in split {script_args.eval_split!r}; set eval_split or eval_before/"
                           "eval_after: false.")  # fmt: skip

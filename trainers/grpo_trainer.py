@@ -53,6 +53,7 @@ from langgraph_evolver.tracing import langsmith_enabled
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
+from .evaluate import well_formed_counts
 from .samples import Sample, collate, length_grouped_chunks, padded_tokens, padding_sample, trajectory_samples
 
 __all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward", "transition_advantages"]
@@ -381,12 +382,11 @@ class EvolverGRPOTrainer(GRPOTrainer):
                            m["rollout/failed"][-1], total["failed_reasons"][:300])  # fmt: skip
 
     def _rollout_stats(self, trajectories: list[Trajectory], samples: list[Sample], step: int) -> dict[str, Any]:
-        attempts = malformed = turns = staleness = staleness_n = 0
+        well_formed, attempts = well_formed_counts(trajectories)
+        turns = staleness = staleness_n = 0
         reasons = ""
         for t in trajectories:
             turns += len(t.steps)
-            malformed += malformed_calls(t)
-            attempts += sum(1 for s in t.steps if s.action.tool_calls or s.error)
             for tr in t.transitions:
                 if tr.model_version in self._version_steps:
                     staleness += step - self._version_steps[tr.model_version]
@@ -394,7 +394,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
             if t.finish_reason == "error" and t.errors:
                 reasons += t.errors[-1][:120] + "; "
         real = [s for s in samples if s.transitions]
-        return {"rollouts": len(trajectories), "turns": turns, "malformed": malformed, "attempts": attempts,
+        return {"rollouts": len(trajectories), "turns": turns, "malformed": attempts - well_formed,
+                "attempts": attempts,
                 "rows": len(real), "transitions": sum(s.transitions for s in real),
                 "trained_tokens": sum(s.trained_tokens for s in real), "row_tokens": sum(len(s) for s in real),
                 "staleness": staleness, "staleness_n": staleness_n, "failed_reasons": reasons}  # fmt: skip
