@@ -99,3 +99,15 @@ def test_logp_gap_is_logged_against_behaviour_logprobs(trainer):
     trainer._step = 0
     _, metrics = _grad_norm(trainer, _batch(trainer, ratio=1.5, eps_high=0.28))
     assert metrics["policy/logp_gap_mean"][-1] == pytest.approx(math.log(1.5), rel=1e-4)
+
+
+def test_probe_row_checks_the_gap_without_a_gradient(trainer):
+    """A step with no signal trains on nothing yet still logs the trainer-vs-endpoint gap."""
+    batch = _batch(trainer, ratio=1.5, eps_high=0.28)
+    batch["tool_mask"].zero_()  # what `probe_sample` gives: sampled, attended, not trained
+    batch["advantages"].zero_()
+    batch["num_items_in_batch"] = torch.tensor(0.0)
+    trainer._step = 0
+    norm, metrics = _grad_norm(trainer, batch)
+    assert norm == 0.0
+    assert metrics["policy/logp_gap_mean"][-1] == pytest.approx(math.log(1.5), rel=1e-4)

@@ -9,7 +9,8 @@ import pytest
 from langgraph_evolver.advantages import group_advantages
 from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
 from trainers.grpo_trainer import shaped_reward
-from trainers.samples import collate, length_grouped_chunks, padded_tokens, padding_sample, trajectory_samples
+from trainers.samples import (collate, length_grouped_chunks, padded_tokens, padding_sample, probe_sample,
+                              trajectory_samples)  # fmt: skip
 
 TASK = Task(id="t1", env="sandbox", query="q")
 
@@ -101,6 +102,21 @@ def test_collate_pads_prompts_left_and_completions_right():
     assert batch["tool_mask"].tolist() == [[1, 1, 0], [1, 1, 1], [0, 0, 0]]
     assert batch["advantages"].tolist() == [[1.5, 1.5, 0.0], [-0.5, -0.5, -0.5], [0.0, 0.0, 0.0]]
     assert batch["old_per_token_logps"][1].tolist() == pytest.approx([-1.0, -2.0, -3.0])
+
+
+def test_probe_row_attends_and_checks_logprobs_but_trains_nothing():
+    """A step with no signal still compares the trainer's logprobs with the endpoint's on one row."""
+    long = trajectory_samples(_traj([_tr([1, 2, 3], [10, 11, 12])]), 0.0)
+    short = trajectory_samples(_traj([_tr([4], [13], logps=[-0.7])]), 0.0)
+    probe = probe_sample(long + short)
+    assert probe is not None and probe.trained_tokens == 0 and probe.completion_ids == [13]
+    batch = collate([probe, padding_sample(0)], pad_token_id=0)
+    assert batch["completion_mask"].tolist() == [[1], [0]]  # attended like the served prompt
+    assert batch["sampled_mask"].tolist() == [[1], [0]]  # its logprob is checked
+    assert batch["tool_mask"].tolist() == [[0], [0]]  # no gradient, no loss or clip metrics
+    assert batch["old_per_token_logps"][0].tolist() == pytest.approx([-0.7])
+    assert short[0].trained_tokens == 1  # the source rows are not modified
+    assert probe_sample([padding_sample(0)]) is None
 
 
 def test_length_grouped_chunks_keep_padding_low():

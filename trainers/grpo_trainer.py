@@ -54,7 +54,8 @@ from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
 from .evaluate import well_formed_counts
-from .samples import Sample, collate, length_grouped_chunks, padded_tokens, padding_sample, trajectory_samples
+from .samples import (Sample, collate, length_grouped_chunks, padded_tokens, padding_sample, probe_sample,
+                      trajectory_samples)  # fmt: skip
 
 __all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward", "transition_advantages"]
 
@@ -219,14 +220,14 @@ class EvolverGRPOTrainer(GRPOTrainer):
         everything = gather_object(local)
         per_rollout, adv = self._advantages(everything, step)
         samples: list[Sample] = []
+        unsignalled: list[Sample] = []  # rows of rollouts without signal: a logprob probe if nothing else
         for traj, step_advs in zip(trajectories, per_rollout[offset : offset + len(trajectories)], strict=True):
             values = transition_advantages(traj, step_advs)
-            if values is None:
-                continue
-            samples.extend(
-                trajectory_samples(traj, values, epsilon_high=self.epsilon_high,
-                                   merge=args.merge_prefix_transitions, max_length=self.max_sample_length)
-            )  # fmt: skip
+            rows_of = trajectory_samples(traj, 0.0 if values is None else values, epsilon_high=self.epsilon_high,
+                                         merge=args.merge_prefix_transitions, max_length=self.max_sample_length)
+            (unsignalled if values is None else samples).extend(rows_of)
+        if not samples and (probe := probe_sample(unsignalled)) is not None:
+            samples.append(probe)  # takes a padding row's place: no gradient, but the logprob gap is checked
         trained_tokens = sum(s.trained_tokens for s in samples)
         counts = gather_object([(len(samples), trained_tokens)])
         rows = max(max(c for c, _ in counts), 1)
@@ -341,7 +342,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
             self._step % (self.args.steps_per_generation * self.num_iterations) < self.args.gradient_accumulation_steps
         )
         if fresh and self._last_logps is not None and "old_per_token_logps" in inputs:
-            mask = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+            mask = (inputs["completion_mask"] * inputs.get("sampled_mask", inputs["tool_mask"])).bool()
             gap = (self._last_logps - inputs["old_per_token_logps"]).abs()[mask]
             stats = torch.stack([gap.sum(), torch.tensor(float(gap.numel()), device=gap.device),
                                  gap.max() if gap.numel() else torch.tensor(0.0, device=gap.device)])  # fmt: skip
@@ -393,7 +394,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
                     staleness_n += 1
             if t.finish_reason == "error" and t.errors:
                 reasons += t.errors[-1][:120] + "; "
-        real = [s for s in samples if s.transitions]
+        real = [s for s in samples if s.trained_tokens]  # not padding or probe rows
         return {"rollouts": len(trajectories), "turns": turns, "malformed": attempts - well_formed,
                 "attempts": attempts,
                 "rows": len(real), "transitions": sum(s.transitions for s in real),

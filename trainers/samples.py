@@ -16,7 +16,8 @@ unusual split of a word (``flight`` + ``e``) is re-tokenized differently in the 
 tiny policy). Each row trains on its prompt exactly as it was served.
 
 Rows are padded the TRL way: prompts on the left (``prompt_mask``), completions on the right
-(``completion_mask`` = attended, ``tool_mask`` = trained).
+(``completion_mask`` = attended, ``tool_mask`` = trained, ``sampled_mask`` = sampled by the policy,
+whose logprobs the trainer compares with the endpoint's).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "length_grouped_chunks",
     "padded_tokens",
     "padding_sample",
+    "probe_sample",
     "trajectory_samples",
 ]
 
@@ -44,7 +46,9 @@ class Sample:
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     train_mask: list[int] = field(default_factory=list)
-    """1 where the token was sampled by the policy (it gets a gradient), 0 for context."""
+    """1 where the token gets a gradient (sampled by the policy, with a signal), 0 otherwise."""
+    sampled_mask: list[int] = field(default_factory=list)
+    """1 where the token was sampled by the policy (its behaviour logprob can be checked)."""
     old_logps: list[float] = field(default_factory=list)
     """Behaviour logprobs as sampled (0.0 on context tokens, which are masked)."""
     advantages: list[float] = field(default_factory=list)
@@ -65,6 +69,7 @@ class Sample:
         n = len(ids)
         self.completion_ids.extend(ids)
         self.train_mask.extend([int(trained)] * n)
+        self.sampled_mask.extend([int(trained)] * n)
         self.old_logps.extend(logps if trained else [0.0] * n)
         self.advantages.extend([advantage if trained else 0.0] * n)
         self.epsilon_high.extend([epsilon_high] * n)
@@ -138,6 +143,24 @@ def padding_sample(pad_token_id: int, epsilon_high: float = 0.28) -> Sample:
     return s
 
 
+def probe_sample(samples: Sequence[Sample]) -> Sample | None:
+    """The shortest of ``samples`` as a row with no gradient that still checks logprobs.
+
+    A step whose rollouts carry no signal (every group zero-variance) trains on nothing, but the
+    trainer should still verify that the endpoint served its weights; this row is used in place of
+    a padding row (same cost), with its sampled tokens attended and compared, none trained.
+    """
+    real = [s for s in samples if any(s.sampled_mask)]
+    if not real:
+        return None
+    s = min(real, key=len)
+    return Sample(prompt_ids=list(s.prompt_ids), completion_ids=list(s.completion_ids),
+                  train_mask=[0] * len(s.train_mask), sampled_mask=list(s.sampled_mask),
+                  old_logps=list(s.old_logps), advantages=[0.0] * len(s.advantages),
+                  epsilon_high=list(s.epsilon_high), transitions=s.transitions,
+                  model_versions=list(s.model_versions), trajectory_id=s.trajectory_id)  # fmt: skip
+
+
 def length_grouped_chunks(samples: Sequence[Sample], num_chunks: int) -> list[list[Sample]]:
     """Split rows into ``num_chunks`` micro-batches of similar lengths.
 
@@ -180,6 +203,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
     completion_ids = torch.full((b, c_len), pad_token_id, dtype=torch.long)
     completion_mask = torch.zeros((b, c_len), dtype=torch.long)
     tool_mask = torch.zeros((b, c_len), dtype=torch.long)
+    sampled_mask = torch.zeros((b, c_len), dtype=torch.long)
     old_logps = torch.zeros((b, c_len), dtype=torch.float32)
     advantages = torch.zeros((b, c_len), dtype=torch.float32)
     eps_high = torch.zeros((b, c_len), dtype=torch.float32)
@@ -190,10 +214,11 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
         completion_ids[i, :c] = torch.tensor(s.completion_ids)
         completion_mask[i, :c] = 1
         tool_mask[i, :c] = torch.tensor(s.train_mask)
+        sampled_mask[i, :c] = torch.tensor(s.sampled_mask)
         old_logps[i, :c] = torch.tensor(s.old_logps)
         advantages[i, :c] = torch.tensor(s.advantages)
         eps_high[i, :c] = torch.tensor(s.epsilon_high)
-        if c and not any(s.train_mask):  # a padding row attends to nothing it could learn from
+        if c and not any(s.sampled_mask):  # a padding row attends to nothing it could learn from
             completion_mask[i, :c] = 0
     return {
         "prompt_ids": prompt_ids,
@@ -201,6 +226,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
         "completion_ids": completion_ids,
         "completion_mask": completion_mask,
         "tool_mask": tool_mask,
+        "sampled_mask": sampled_mask,
         "old_per_token_logps": old_logps,
         "advantages": advantages,
         "epsilon_high": eps_high,
