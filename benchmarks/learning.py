@@ -102,9 +102,8 @@ def adapter_dir(variant: str, seed: int, step: int, args: argparse.Namespace) ->
 
 def evaluate(base_url: str, tasks: list, adapter: Path | None, model: str, ev: dict) -> dict:
     """avg@k etc. of the base model (``adapter=None``) or of ``adapter`` loaded for the call and unloaded after."""
-    import httpx
-
     from trainers.evaluate import _load_adapter, evaluate_endpoint, group_by_task, summarize
+    from trainers.sync import unload_adapter
 
     started = time.perf_counter()
     name = _load_adapter(base_url, str(adapter)) if adapter else model
@@ -115,8 +114,7 @@ def evaluate(base_url: str, tasks: list, adapter: Path | None, model: str, ev: d
                                               progress=False))  # fmt: skip
     finally:
         if adapter:
-            root = base_url.rstrip("/").removesuffix("/v1")
-            httpx.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=60)
+            unload_adapter(base_url, name)
     k, fig = ev["k"], summarize(trajs, ev["k"])["all"]
     groups = [[t.reward or 0.0 for t in g] for g in group_by_task(trajs).values()]
     se = math.sqrt(sum(statistics.variance(g) / len(g) for g in groups if len(g) > 1)) / len(groups)

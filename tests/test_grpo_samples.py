@@ -9,8 +9,14 @@ import pytest
 from langgraph_evolver.advantages import group_advantages
 from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
 from trainers.grpo_trainer import shaped_reward
-from trainers.samples import (collate, length_grouped_chunks, padded_tokens, padding_sample, probe_sample,
-                              trajectory_samples)  # fmt: skip
+from trainers.samples import (
+    collate,
+    length_grouped_chunks,
+    padded_tokens,
+    padding_sample,
+    probe_sample,
+    trajectory_samples,
+)
 
 TASK = Task(id="t1", env="sandbox", query="q")
 

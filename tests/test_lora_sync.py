@@ -87,7 +87,7 @@ def test_publish_to_a_dead_endpoint_says_so(peft_model, tmp_path):
     from trainers.sync import LoraSync
 
     sync = LoraSync("http://127.0.0.1:9/v1", "tiny-policy", tmp_path / "adapters", timeout=2)
-    with pytest.raises(PolicyEndpointError, match="unreachable during weight sync"):
+    with pytest.raises(PolicyEndpointError, match="unreachable for /v1/load_lora_adapter"):
         sync.publish(peft_model, 1)
 
 

@@ -180,23 +180,24 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[str, Any]) -> None:
+    """``out/trajectories.jsonl`` and ``out/summary.json`` (what every evaluation leaves behind)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "trajectories.jsonl", trajectories)
+    (out / "summary.json").write_text(json.dumps(figures, indent=2))
+
+
 def _load_adapter(base_url: str, path: str) -> str:
     """Load the adapter at ``path`` into the endpoint under a fresh name; return the name."""
     import uuid
 
-    import httpx
+    from langgraph_evolver.errors import ConfigError
 
-    from langgraph_evolver.errors import ConfigError, PolicyEndpointError
+    from .sync import load_adapter
 
     if not (Path(path) / "adapter_config.json").exists():
         raise ConfigError(f"--adapter {path}: no adapter_config.json there (pass e.g. runs/quickstart/final).")
-    name = f"{Path(path).resolve().name}-{uuid.uuid4().hex[:6]}"
-    root = base_url.rstrip("/").removesuffix("/v1")
-    r = httpx.post(f"{root}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(Path(path).resolve())},
-                   timeout=120)  # fmt: skip
-    if r.status_code != 200:
-        raise PolicyEndpointError(f"Loading adapter {path} into {root} failed: HTTP {r.status_code} {r.text[:300]}")
-    return name
+    return load_adapter(base_url, path, f"{Path(path).resolve().name}-{uuid.uuid4().hex[:6]}")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -249,13 +250,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if server is not None:
             server.stop()
     wall = time.perf_counter() - started
-    write_jsonl(out / "trajectories.jsonl", trajectories)
     summary = summarize(trajectories, args.k)
     if not args.quiet:
         print_report(trajectories, summary, args.k)
     figures = {"model": model, "split": args.split, "tasks": len(tasks), "k": args.k, **summary,
                "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(figures, indent=2))
+    write_evaluation(out, trajectories, figures)
     print(json.dumps(figures))
     return figures
 

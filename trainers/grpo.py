@@ -135,9 +135,7 @@ def _env_factory(cfg: Any) -> Any:
 
 
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path) -> dict[str, Any]:
-    from langgraph_evolver.types import write_jsonl
-
-    from .evaluate import evaluate_endpoint, summarize
+    from .evaluate import evaluate_endpoint, summarize, write_evaluation
 
     started = time.perf_counter()
     env_url = cfg.env_url
@@ -147,9 +145,7 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
                                                  env_url=env_url, progress=True))  # fmt: skip
     summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / "trajectories.jsonl", trajectories)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_evaluation(out, trajectories, summary)
     return summary
 
 

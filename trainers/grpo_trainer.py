@@ -54,8 +54,15 @@ from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
 from .evaluate import well_formed_counts
-from .samples import (Sample, collate, length_grouped_chunks, padded_tokens, padding_sample, probe_sample,
-                      trajectory_samples)  # fmt: skip
+from .samples import (
+    Sample,
+    collate,
+    length_grouped_chunks,
+    padded_tokens,
+    padding_sample,
+    probe_sample,
+    trajectory_samples,
+)
 
 __all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward", "transition_advantages"]
 
@@ -223,8 +230,13 @@ class EvolverGRPOTrainer(GRPOTrainer):
         unsignalled: list[Sample] = []  # rows of rollouts without signal: a logprob probe if nothing else
         for traj, step_advs in zip(trajectories, per_rollout[offset : offset + len(trajectories)], strict=True):
             values = transition_advantages(traj, step_advs)
-            rows_of = trajectory_samples(traj, 0.0 if values is None else values, epsilon_high=self.epsilon_high,
-                                         merge=args.merge_prefix_transitions, max_length=self.max_sample_length)
+            rows_of = trajectory_samples(
+                traj,
+                0.0 if values is None else values,
+                epsilon_high=self.epsilon_high,
+                merge=args.merge_prefix_transitions,
+                max_length=self.max_sample_length,
+            )
             (unsignalled if values is None else samples).extend(rows_of)
         if not samples and (probe := probe_sample(unsignalled)) is not None:
             samples.append(probe)  # takes a padding row's place: no gradient, but the logprob gap is checked

@@ -23,7 +23,7 @@ import httpx
 
 from langgraph_evolver.errors import ConfigError, PolicyEndpointError
 
-__all__ = ["FullSync", "LoraSync", "adapter_version_name"]
+__all__ = ["FullSync", "LoraSync", "adapter_version_name", "load_adapter", "unload_adapter"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,43 @@ logger = logging.getLogger(__name__)
 def adapter_version_name(base: str, step: int) -> str:
     """The served name of the adapter after optimizer step ``step`` (deterministic on every rank)."""
     return f"{base}-lora-step{step}"
+
+
+def _post(root: str, route: str, payload: dict[str, Any], api_key: str, timeout: float) -> httpx.Response:
+    try:
+        return httpx.post(f"{root}{route}", json=payload, headers={"Authorization": f"Bearer {api_key}"},
+                          timeout=timeout)  # fmt: skip
+    except httpx.HTTPError as e:
+        raise PolicyEndpointError(f"Policy endpoint {root} unreachable for {route} ({type(e).__name__}: {e}).") from e
+
+
+def load_adapter(base_url: str, path: str | Path, name: str, *, api_key: str = "EMPTY", timeout: float = 120.0) -> str:
+    """Load the LoRA adapter in ``path`` into the endpoint as ``name`` (runtime LoRA API); return ``name``.
+
+    Raises ``ConfigError`` when the endpoint has no runtime LoRA API (with the vLLM flags that
+    enable it) and ``PolicyEndpointError`` when loading fails or the endpoint is unreachable.
+    """
+    root = base_url.rstrip("/").removesuffix("/v1")
+    payload = {"lora_name": name, "lora_path": str(Path(path).resolve()), "load_inplace": False}
+    r = _post(root, "/v1/load_lora_adapter", payload, api_key, timeout)
+    if r.status_code == 404 and "load_lora_adapter" not in r.text and "adapter" not in r.text.lower():
+        raise ConfigError(
+            f"{root} has no runtime LoRA API. For vLLM start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 "
+            "and --enable-lora --max-lora-rank R --max-loras 2; or use sync_mode=full."
+        )
+    if r.status_code != 200:
+        raise PolicyEndpointError(f"Loading adapter {name} from {path} failed: HTTP {r.status_code} {r.text[:300]}")
+    return name
+
+
+def unload_adapter(base_url: str, name: str, *, api_key: str = "EMPTY", timeout: float = 60.0) -> bool:
+    """Unload ``name`` from the endpoint; False (logged) when that failed. An unknown name counts as done."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    r = _post(root, "/v1/unload_lora_adapter", {"lora_name": name}, api_key, timeout)
+    if r.status_code not in (200, 404):
+        logger.warning("unloading adapter %s failed: HTTP %s %s", name, r.status_code, r.text[:200])
+        return False
+    return True
 
 
 class LoraSync:
@@ -45,22 +82,15 @@ class LoraSync:
 
     def __init__(self, base_url: str, base_model: str, adapter_dir: str | Path, *, keep: int = 1,
                  api_key: str = "EMPTY", timeout: float = 120.0) -> None:  # fmt: skip
-        self.root = base_url.rstrip("/").removesuffix("/v1")
+        self.base_url = base_url
         self.base_model = base_model
         self.adapter_dir = Path(adapter_dir)
         self.keep = max(1, keep)
-        self.headers = {"Authorization": f"Bearer {api_key}"}
+        self.api_key = api_key
         self.timeout = timeout
         self.current = base_model
         self.loaded: list[str] = []
         self.last_sync_s = 0.0
-
-    def _post(self, route: str, payload: dict[str, Any]) -> httpx.Response:
-        try:
-            return httpx.post(f"{self.root}{route}", json=payload, headers=self.headers, timeout=self.timeout)
-        except httpx.HTTPError as e:
-            raise PolicyEndpointError(f"Policy endpoint {self.root} unreachable during weight sync "
-                                      f"({type(e).__name__}: {e}).") from e  # fmt: skip
 
     def publish(self, model: Any, step: int) -> str:
         """Save ``model``'s adapter, load it as the version of ``step``, unload older versions."""
@@ -72,15 +102,7 @@ class LoraSync:
         model.save_pretrained(str(path))
         if self.current == name:  # re-publishing the same step (resume): replace it
             self.unload(name)
-        r = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve()),
-                                                  "load_inplace": False})  # fmt: skip
-        if r.status_code == 404 and "load_lora_adapter" not in r.text and "adapter" not in r.text.lower():
-            raise ConfigError(
-                f"{self.root} has no runtime LoRA API. For vLLM start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 "
-                "and --enable-lora --max-lora-rank R --max-loras 2; or use sync_mode=full."
-            )
-        if r.status_code != 200:
-            raise PolicyEndpointError(f"Loading adapter {name} from {path} failed: HTTP {r.status_code} {r.text[:300]}")
+        load_adapter(self.base_url, path, name, api_key=self.api_key, timeout=self.timeout)
         self.loaded.append(name)
         self.current = name
         while len(self.loaded) > self.keep:
@@ -89,9 +111,7 @@ class LoraSync:
         return name
 
     def unload(self, name: str) -> None:
-        r = self._post("/v1/unload_lora_adapter", {"lora_name": name})
-        if r.status_code not in (200, 404):
-            logger.warning("unloading adapter %s failed: HTTP %s %s", name, r.status_code, r.text[:200])
+        unload_adapter(self.base_url, name, api_key=self.api_key, timeout=self.timeout)
         if name in self.loaded:
             self.loaded.remove(name)
         shutil.rmtree(self.adapter_dir / name, ignore_errors=True)
@@ -100,7 +120,7 @@ class LoraSync:
         """Unload every published version (the files of the last one stay, for inspection)."""
         for name in list(self.loaded):
             try:
-                self._post("/v1/unload_lora_adapter", {"lora_name": name})
+                unload_adapter(self.base_url, name, api_key=self.api_key, timeout=self.timeout)
             except PolicyEndpointError:
                 pass
         self.loaded.clear()
