@@ -28,7 +28,16 @@
      ``adca_auc_gain`` = ADCA AUC / GRPO AUC. Both start from the same step-0 score, so this ratio stays near 1;
      ``adca_auc_gain_above_start`` divides the areas above the step-0 score instead.
    - ``eval_se``: mean standard error of one evaluation (sampling noise within tasks): compare gaps with it.
-4. Writes ``learning.png`` (avg@k vs step: per-seed faint lines, the mean, the threshold) and ``learning.json`` (all
+   - Paired training figures (from each run's ``metrics.jsonl``, no extra compute): a seed gives both variants
+     the same tasks at every step, so the per-step ADCA - GRPO outcome reward on training rollouts removes task
+     difficulty, which dominates the raw training curve. ``train_reward_gain`` = its mean from step 2 on (step 1
+     samples both from the untrained policy), averaged over seeds (``_se`` across seeds).
+     ``<variant>_no_signal_share``: GRPO's zero-variance groups vs ADCA's groups with neither outcome nor process
+     variance (what the process channel adds).
+   - Evaluations are kept next to the runs (``eval_base_s<seed>.json``, ``<variant>-s<seed>/eval_step<N>.json``);
+     with ``--reuse`` matching ones are read back, so the figures can be recomputed without re-evaluating.
+4. Writes ``learning.png`` (avg@k vs step: per-seed faint lines, the mean, the threshold; beside it the paired
+   training-reward difference per seed) and ``learning.json`` (all
    figures, per-seed curves, per-point evaluations) to ``--results``; ends with one JSON line.
 """
 
@@ -100,6 +109,20 @@ def adapter_dir(variant: str, seed: int, step: int, args: argparse.Namespace) ->
     raise SystemExit(f"no adapter for step {step} in {run_dir} (expected checkpoint-{step}/adapter_config.json)")
 
 
+def cached_evaluate(cache: Path, reuse: bool, base_url: str, tasks: list, adapter: Path | None, model: str,
+                    ev: dict) -> dict:  # fmt: skip
+    """``evaluate``, kept in ``cache`` (JSON with the settings); with ``--reuse`` a matching file is read back."""
+    key = {**ev, "tasks": [t.id for t in tasks]}
+    if reuse and cache.exists():
+        saved = json.loads(cache.read_text())
+        if saved.get("key") == key:
+            return saved["result"]
+    result = evaluate(base_url, tasks, adapter, model, ev)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": key, "result": result}))
+    return result
+
+
 def evaluate(base_url: str, tasks: list, adapter: Path | None, model: str, ev: dict) -> dict:
     """avg@k etc. of the base model (``adapter=None``) or of ``adapter`` loaded for the call and unloaded after."""
     from trainers.evaluate import _load_adapter, evaluate_endpoint, group_by_task, summarize
@@ -136,17 +159,44 @@ def auc(xs: list[int], ys: list[float], base: float = 0.0) -> float:
     return area / (xs[-1] - xs[0])
 
 
+def train_curves(run_dir: Path) -> dict[str, list[float]]:
+    """Per-step training figures of one run (``metrics.jsonl``): outcome reward and the share without signal."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"reward"' in line]
+    rows.sort(key=lambda r: r["step"])
+    return {"reward": [r["reward"] for r in rows],
+            # GRPO: groups whose outcomes are all equal; ADCA: groups with neither outcome nor process variance
+            "no_signal": [r.get("adca/no_signal_share", r["zero_variance_share"]) for r in rows]}  # fmt: skip
+
+
+def paired_train_figures(train: dict, seeds: list[int]) -> dict:
+    """ADCA - GRPO on training rollouts. A seed gives both variants the same tasks at every step, so the
+    per-step difference removes task difficulty (which dominates the raw training curve)."""
+    # from step 2 on: step 1 samples both variants from the same untrained policy (pure sampling noise)
+    diffs = [statistics.fmean(a - g for a, g in zip(train["adca"][s]["reward"][1:], train["grpo"][s]["reward"][1:],
+                                                     strict=False)) for s in seeds]  # fmt: skip
+    return {
+        "train_reward_gain": round(statistics.fmean(diffs), 4),
+        "train_reward_gain_se": round(statistics.stdev(diffs) / math.sqrt(len(diffs)), 4) if len(diffs) > 1 else None,
+        "train_reward_gain_per_seed": [round(d, 4) for d in diffs],
+        **{f"{v}_train_reward_mean": round(statistics.fmean(r for s in seeds for r in train[v][s]["reward"]), 4)
+           for v in VARIANTS},
+        **{f"{v}_no_signal_share": round(statistics.fmean(r for s in seeds for r in train[v][s]["no_signal"]), 4)
+           for v in VARIANTS},
+    }  # fmt: skip
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else round(a / b, 3)
 
 
-def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, k: int, title: str) -> None:
+def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, k: int, title: str,
+         train: dict) -> None:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     for variant, color in zip(VARIANTS, ("tab:blue", "tab:orange"), strict=True):
         for seed_curve in curves[variant].values():
             ax.plot(xs, seed_curve, color=color, alpha=0.25, linewidth=1)
@@ -157,6 +207,18 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    # training rollouts: ADCA - GRPO outcome reward per step (same tasks), 5-step moving average per seed
+    for seed, color in zip(sorted(train["grpo"]), ("tab:green", "tab:purple", "tab:brown", "tab:gray") * 8,
+                           strict=False):  # fmt: skip
+        diff = [a - g for a, g in zip(train["adca"][seed]["reward"], train["grpo"][seed]["reward"], strict=False)]
+        smooth = [statistics.fmean(diff[max(0, i - 4) : i + 1]) for i in range(len(diff))]
+        ax2.plot(range(1, len(diff) + 1), smooth, color=color, linewidth=1.5, label=f"seed {seed}")
+    ax2.axhline(0.0, color="black", linewidth=0.8)
+    ax2.set_xlabel("optimizer step")
+    ax2.set_ylabel("training reward, ADCA - GRPO (5-step avg)")
+    ax2.set_title("paired: same tasks at every step", fontsize=9)
+    ax2.legend(fontsize=8)
+    ax2.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -177,7 +239,12 @@ def main() -> None:
     p.add_argument("--config", default="examples/quickstart.yaml")
     p.add_argument("--out", default="runs/learning", help="training runs go to OUT/<variant>-s<seed>")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"), help="where the plot and JSON go")
-    p.add_argument("--reuse", action="store_true", help="skip training runs already finished with --steps steps")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="skip training runs already finished with --steps steps and "
+        "evaluations already made with the same settings",
+    )
     args, extra = p.parse_known_args()
     unknown = [a for a in extra if a.startswith("--") and "-" in a[2:].split("=")[0]]
     if unknown:
@@ -221,11 +288,14 @@ def main() -> None:
                     key: summary.get(key)
                     for key in ("steps", "wall_s", "step_s_mean", "train_reward_first", "train_reward_last")
                 }
-            base = evaluate(server.base_url, tasks, None, server.model_name, ev)
+            base = cached_evaluate(out / f"eval_base_s{seed}.json", args.reuse, server.base_url, tasks, None,
+                                   server.model_name, ev)  # fmt: skip
             print(f"seed {seed} step 0: avg@{ev['k']} {base['avg']} (se {base['se']})", file=sys.stderr)
             for variant in VARIANTS:
-                evals = [base] + [evaluate(server.base_url, tasks, adapter_dir(variant, seed, s, args),
-                                           server.model_name, ev) for s in xs[1:]]  # fmt: skip
+                run_dir = out / f"{variant}-s{seed}"
+                evals = [base] + [cached_evaluate(run_dir / f"eval_step{s}.json", args.reuse, server.base_url, tasks,
+                                                  adapter_dir(variant, seed, s, args), server.model_name, ev)
+                                  for s in xs[1:]]  # fmt: skip
                 points[variant][seed] = evals
                 curves[variant][seed] = [e["avg"] for e in evals]
                 print(f"seed {seed} {variant}: {dict(zip(xs, curves[variant][seed], strict=True))}", file=sys.stderr)
@@ -233,6 +303,7 @@ def main() -> None:
         server.stop()
 
     mean = {v: [round(statistics.fmean(c[i] for c in curves[v].values()), 4) for i in range(len(xs))] for v in VARIANTS}
+    training = {v: {seed: train_curves(out / f"{v}-s{seed}") for seed in seeds} for v in VARIANTS}
     s0, best = mean["grpo"][0], max(mean["grpo"])
     thresholds = {"gain": s0 + 0.9 * (best - s0), "score": 0.9 * best}
     figs: dict = {}
@@ -257,16 +328,17 @@ def main() -> None:
         "start_score": s0, "grpo_best": best, "adca_best": max(mean["adca"]),
         **{f"{v}_auc": round(areas[v], 4) for v in VARIANTS}, "eval_se": round(se, 4), "steps": xs,
         "mean_curves": mean, "seed_curves": curves, "seeds": seeds, "alpha": args.alpha,
-        "eval_samples": len(tasks) * ev["k"], "trainer_args": extra, "notes": notes,
+        "eval_samples": len(tasks) * ev["k"], **paired_train_figures(training, seeds), "trainer_args": extra,
+        "notes": notes,
         "train_s": {v: {s: r["wall_s"] for s, r in runs[v].items()} for v in VARIANTS},
-        "wall_s": round(time.perf_counter() - started, 1),
+        "wall_s": round(time.perf_counter() - started, 1), "reused": bool(args.reuse),
     }  # fmt: skip
     results = args.results
     title = (
         f"GRPO vs ADCA (alpha {args.alpha}, reference judge), {len(seeds)} seed(s), {len(tasks)}x{ev['k']} "
         f"held-out samples\nsteps ratio {figures['adca_steps_ratio']}, AUC gain {figures['adca_auc_gain']}"
     )
-    plot(results / "learning.png", xs, curves, mean, figures["threshold"], ev["k"], title)
+    plot(results / "learning.png", xs, curves, mean, figures["threshold"], ev["k"], title, training)
     (results / "learning.json").write_text(json.dumps({**figures, "runs": runs, "evals": points}, indent=2))
     print(json.dumps(figures))
 

@@ -1,0 +1,76 @@
+"""The learning benchmark's figures on hand-made curves and runs (the runs themselves take an hour)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import learning
+
+
+def test_eval_grid_always_ends_at_the_last_step():
+    assert learning.eval_grid(30, 10) == [0, 10, 20, 30]
+    assert learning.eval_grid(15, 10) == [0, 10, 15]
+
+
+def test_steps_to_threshold_interpolates_and_says_never():
+    xs = [0, 10, 20]
+    assert learning.steps_to(xs, [0.5, 0.6, 0.8], 0.7) == pytest.approx(15.0)
+    assert learning.steps_to(xs, [0.75, 0.6, 0.8], 0.7) == 0.0
+    assert learning.steps_to(xs, [0.5, 0.6, 0.65], 0.7) is None
+    assert learning.ratio(5.0, 10.0) == 0.5
+    assert learning.ratio(5.0, 0.0) is None and learning.ratio(None, 3.0) is None
+
+
+def test_auc_is_the_mean_score_over_training_and_above_a_base():
+    assert learning.auc([0, 10, 20], [0.5, 0.7, 0.7]) == pytest.approx((6.0 + 7.0) / 20)
+    assert learning.auc([0, 10, 20], [0.5, 0.7, 0.7], base=0.5) == pytest.approx((1.0 + 2.0) / 20)
+
+
+def _run(tmp_path, name: str, rewards: list[float], no_signal: list[float], *, adca: bool):
+    run = tmp_path / name
+    run.mkdir()
+    lines = [{"step": 1, "loss": 0.0}]  # rows without a reward (TRL's other logs) are skipped
+    for step, (r, z) in enumerate(zip(rewards, no_signal, strict=True), start=1):
+        row = {"step": step, "reward": r, "zero_variance_share": 0.5}
+        if adca:
+            row["adca/no_signal_share"] = z
+        lines.append(row)
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in reversed(lines)))
+    return learning.train_curves(run)
+
+
+def test_paired_training_figures_skip_step_one_and_compare_signal(tmp_path):
+    train = {
+        "grpo": {0: _run(tmp_path, "g0", [0.1, 0.5, 0.6], [0.5] * 3, adca=False),
+                 1: _run(tmp_path, "g1", [0.9, 0.4, 0.4], [0.5] * 3, adca=False)},
+        "adca": {0: _run(tmp_path, "a0", [0.9, 0.6, 0.7], [0.3] * 3, adca=True),
+                 1: _run(tmp_path, "a1", [0.1, 0.4, 0.6], [0.4] * 3, adca=True)},
+    }  # fmt: skip
+    assert train["grpo"][0]["reward"] == [0.1, 0.5, 0.6]  # sorted by step
+    figs = learning.paired_train_figures(train, [0, 1])
+    # seed 0: (0.1 + 0.1) / 2, seed 1: (0 + 0.2) / 2 -- step 1's +-0.8 is left out
+    assert figs["train_reward_gain_per_seed"] == pytest.approx([0.1, 0.1])
+    assert figs["train_reward_gain"] == pytest.approx(0.1) and figs["train_reward_gain_se"] == pytest.approx(0.0)
+    assert figs["grpo_no_signal_share"] == 0.5 and figs["adca_no_signal_share"] == pytest.approx(0.35)
+
+
+def test_evaluations_are_cached_per_settings(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_evaluate(base_url, tasks, adapter, model, ev):
+        calls.append(model)
+        return {"avg": 0.5 + len(calls) / 10}
+
+    class T:
+        def __init__(self, id):
+            self.id = id
+
+    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    cache, ev, tasks = tmp_path / "e.json", {"k": 4}, [T("a"), T("b")]
+    first = learning.cached_evaluate(cache, True, "u", tasks, None, "m", ev)
+    assert learning.cached_evaluate(cache, True, "u", tasks, None, "m", ev) == first and len(calls) == 1
+    assert learning.cached_evaluate(cache, False, "u", tasks, None, "m", ev) != first  # no --reuse: evaluate again
+    learning.cached_evaluate(cache, True, "u", tasks, None, "m", {"k": 8})  # other settings: evaluate again
+    assert len(calls) == 3
