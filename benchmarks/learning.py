@@ -161,19 +161,24 @@ def auc(xs: list[int], ys: list[float], base: float = 0.0) -> float:
 
 def train_curves(run_dir: Path) -> dict[str, list[float]]:
     """Per-step training figures of one run (``metrics.jsonl``): outcome reward and the share without signal."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"reward"' in line]
-    rows.sort(key=lambda r: r["step"])
+    from trainers.callbacks import step_metrics
+
+    rows = sorted(step_metrics(run_dir / "metrics.jsonl"), key=lambda r: r["step"])
     return {"reward": [r["reward"] for r in rows],
             # GRPO: groups whose outcomes are all equal; ADCA: groups with neither outcome nor process variance
             "no_signal": [r.get("adca/no_signal_share", r["zero_variance_share"]) for r in rows]}  # fmt: skip
+
+
+def reward_diff(train: dict, seed: int) -> list[float]:
+    """ADCA - GRPO training reward at every step of one seed (both variants get the same tasks per step)."""
+    return [a - g for a, g in zip(train["adca"][seed]["reward"], train["grpo"][seed]["reward"], strict=False)]
 
 
 def paired_train_figures(train: dict, seeds: list[int]) -> dict:
     """ADCA - GRPO on training rollouts. A seed gives both variants the same tasks at every step, so the
     per-step difference removes task difficulty (which dominates the raw training curve)."""
     # from step 2 on: step 1 samples both variants from the same untrained policy (pure sampling noise)
-    diffs = [statistics.fmean(a - g for a, g in zip(train["adca"][s]["reward"][1:], train["grpo"][s]["reward"][1:],
-                                                     strict=False)) for s in seeds]  # fmt: skip
+    diffs = [statistics.fmean(reward_diff(train, s)[1:]) for s in seeds]
     return {
         "train_reward_gain": round(statistics.fmean(diffs), 4),
         "train_reward_gain_se": round(statistics.stdev(diffs) / math.sqrt(len(diffs)), 4) if len(diffs) > 1 else None,
@@ -210,7 +215,7 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     # training rollouts: ADCA - GRPO outcome reward per step (same tasks), 5-step moving average per seed
     for seed, color in zip(sorted(train["grpo"]), ("tab:green", "tab:purple", "tab:brown", "tab:gray") * 8,
                            strict=False):  # fmt: skip
-        diff = [a - g for a, g in zip(train["adca"][seed]["reward"], train["grpo"][seed]["reward"], strict=False)]
+        diff = reward_diff(train, seed)
         smooth = [statistics.fmean(diff[max(0, i - 4) : i + 1]) for i in range(len(diff))]
         ax2.plot(range(1, len(diff) + 1), smooth, color=color, linewidth=1.5, label=f"seed {seed}")
     ax2.axhline(0.0, color="black", linewidth=0.8)

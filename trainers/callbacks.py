@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from langgraph_evolver.types import read_jsonl
 
-__all__ = ["MetricsCallback", "plot_reward_curve"]
+__all__ = ["MetricsCallback", "plot_reward_curve", "step_metrics"]
 
 
 class MetricsCallback(TrainerCallback):
@@ -57,10 +57,15 @@ class MetricsCallback(TrainerCallback):
             self.bar = None
 
 
+def step_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:
+    """The per-step rows of a run's ``metrics.jsonl``, in order (those with a reward; TRL's other logs are skipped)."""
+    return [r for r in read_jsonl(metrics_path) if "reward" in r] if Path(metrics_path).exists() else []
+
+
 def plot_reward_curve(metrics_path: str | Path, out_path: str | Path, *, eval_before: float | None = None,
                       eval_after: float | None = None, k: int = 4) -> Path | None:  # fmt: skip
     """Training reward (and its moving average), zero-variance share and well-formed calls per step."""
-    rows = [r for r in read_jsonl(metrics_path) if "reward" in r] if Path(metrics_path).exists() else []
+    rows = step_metrics(metrics_path)
     if not rows:
         return None
     import matplotlib

@@ -274,7 +274,7 @@ def _attribution_report(out: Path, figures: dict[str, Any], *, last_steps: int =
 
 
 def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, started: float) -> dict[str, Any]:
-    from langgraph_evolver.types import read_jsonl
+    from .callbacks import step_metrics
 
     figures: dict[str, Any] = {}
     for when in ("before", "after"):
@@ -289,7 +289,7 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
         for level in sorted(key for key in evals["after"] if key.startswith("level")):
             if level in evals["before"]:
                 figures[f"eval_{level}_avg"] = [evals["before"][level][f"avg@{k}"], evals["after"][level][f"avg@{k}"]]
-    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "reward" in r] if (out / "metrics.jsonl").exists() else []
+    rows = step_metrics(out / "metrics.jsonl")
     figures.update(
         steps=trainer.state.global_step,
         eval_samples=evals.get("after", evals.get("before", {})).get("all", {}).get("samples", 0),

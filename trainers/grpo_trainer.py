@@ -47,6 +47,7 @@ from langgraph_evolver.attribution import (
     apply_attribution,
     label_signs,
     make_judge,
+    summarize_attributions,
     write_langsmith_feedback,
 )
 from langgraph_evolver.tracing import langsmith_enabled
@@ -65,6 +66,8 @@ from .samples import (
 )
 
 __all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward", "transition_advantages"]
+
+_JUDGE_TOTALS = ("fallbacks", "input_tokens", "output_tokens", "cost_usd")  # summed over ranks, logged per step
 
 logger = logging.getLogger(__name__)
 
@@ -227,19 +230,17 @@ class EvolverGRPOTrainer(GRPOTrainer):
         everything = gather_object(local)
         per_rollout, adv = self._advantages(everything, step)
         samples: list[Sample] = []
-        unsignalled: list[Sample] = []  # rows of rollouts without signal: a logprob probe if nothing else
+        unsignalled: list[Trajectory] = []
         for traj, step_advs in zip(trajectories, per_rollout[offset : offset + len(trajectories)], strict=True):
             values = transition_advantages(traj, step_advs)
-            rows_of = trajectory_samples(
-                traj,
-                0.0 if values is None else values,
-                epsilon_high=self.epsilon_high,
-                merge=args.merge_prefix_transitions,
-                max_length=self.max_sample_length,
-            )
-            (unsignalled if values is None else samples).extend(rows_of)
-        if not samples and (probe := probe_sample(unsignalled)) is not None:
-            samples.append(probe)  # takes a padding row's place: no gradient, but the logprob gap is checked
+            if values is None:
+                unsignalled.append(traj)
+            else:
+                samples.extend(self._samples(traj, values))
+        if not samples:  # a row without gradient in a padding row's place: the logprob gap is still checked
+            probe = probe_sample([row for traj in unsignalled for row in self._samples(traj, 0.0)])
+            if probe is not None:
+                samples.append(probe)
         trained_tokens = sum(s.trained_tokens for s in samples)
         counts = gather_object([(len(samples), trained_tokens)])
         rows = max(max(c for c, _ in counts), 1)
@@ -269,6 +270,12 @@ class EvolverGRPOTrainer(GRPOTrainer):
         metrics["rollout/time_s"].append(rollout_s)
         return batches
 
+    def _samples(self, trajectory: Trajectory, advantages: float | list[float]) -> list[Sample]:
+        """The training rows of one rollout (merging and length limits from the config)."""
+        args = self.args
+        return trajectory_samples(trajectory, advantages, epsilon_high=self.epsilon_high,
+                                  merge=args.merge_prefix_transitions, max_length=self.max_sample_length)  # fmt: skip
+
     def _attribute(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """Label every step GOOD/BAD with the judge (self-attributing); a judge failure is a fallback."""
         if self.judge is None:
@@ -276,27 +283,23 @@ class EvolverGRPOTrainer(GRPOTrainer):
         started = time.perf_counter()
         verdicts = self._loop.run_until_complete(aattribute_batch(trajectories, self.judge))
         labelled = [apply_attribution(t, v) for t, v in zip(trajectories, verdicts, strict=True)]
-        local = [0.0] * 9  # good/all steps in successful and failed rollouts, fallbacks, tokens in/out, cost, n
-        for t, v in zip(labelled, verdicts, strict=True):
+        stats = summarize_attributions(verdicts)
+        local = {key: stats[key] for key in _JUDGE_TOTALS} | dict.fromkeys(
+            ("good_success", "steps_success", "good_failed", "steps_failed"), 0
+        )
+        for t in labelled:
             signs = label_signs(t) or []
-            k = 0 if (t.reward or 0.0) >= 1.0 else 2
-            local[k] += sum(x > 0 for x in signs)
-            local[k + 1] += len(signs)
-            local[4] += v.labels is None
-            local[5] += v.input_tokens
-            local[6] += v.output_tokens
-            local[7] += v.cost_usd
-            local[8] += 1
-        total = [sum(col) for col in zip(*gather_object([local]), strict=True)]
+            side = "success" if (t.reward or 0.0) >= 1.0 else "failed"
+            local[f"good_{side}"] += sum(x > 0 for x in signs)
+            local[f"steps_{side}"] += len(signs)
+        ranks = gather_object([local])
+        total = {key: sum(r[key] for r in ranks) for key in local}
         m = self._metrics["train"]
-        if total[1]:
-            m["attribution/good_share_success"].append(total[0] / total[1])
-        if total[3]:
-            m["attribution/good_share_failed"].append(total[2] / total[3])
-        m["attribution/fallbacks"].append(total[4])
-        m["attribution/input_tokens"].append(total[5])
-        m["attribution/output_tokens"].append(total[6])
-        m["attribution/cost_usd"].append(total[7])
+        for side in ("success", "failed"):
+            if total[f"steps_{side}"]:
+                m[f"attribution/good_share_{side}"].append(total[f"good_{side}"] / total[f"steps_{side}"])
+        for key in _JUDGE_TOTALS:
+            m[f"attribution/{key}"].append(total[key])
         m["attribution/latency_s"].append(time.perf_counter() - started)
         if langsmith_enabled():  # labels as feedback on each step's LLM run, off the training path
             threading.Thread(target=write_langsmith_feedback, args=(labelled,), daemon=True).start()
@@ -354,7 +357,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
             self._step % (self.args.steps_per_generation * self.num_iterations) < self.args.gradient_accumulation_steps
         )
         if fresh and self._last_logps is not None and "old_per_token_logps" in inputs:
-            mask = (inputs["completion_mask"] * inputs.get("sampled_mask", inputs["tool_mask"])).bool()
+            mask = (inputs["completion_mask"] * inputs["sampled_mask"]).bool()
             gap = (self._last_logps - inputs["old_per_token_logps"]).abs()[mask]
             stats = torch.stack([gap.sum(), torch.tensor(float(gap.numel()), device=gap.device),
                                  gap.max() if gap.numel() else torch.tensor(0.0, device=gap.device)])  # fmt: skip

@@ -23,7 +23,7 @@ whose logprobs the trainer compares with the endpoint's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langgraph_evolver.types import Trajectory, Transition
@@ -154,11 +154,7 @@ def probe_sample(samples: Sequence[Sample]) -> Sample | None:
     if not real:
         return None
     s = min(real, key=len)
-    return Sample(prompt_ids=list(s.prompt_ids), completion_ids=list(s.completion_ids),
-                  train_mask=[0] * len(s.train_mask), sampled_mask=list(s.sampled_mask),
-                  old_logps=list(s.old_logps), advantages=[0.0] * len(s.advantages),
-                  epsilon_high=list(s.epsilon_high), transitions=s.transitions,
-                  model_versions=list(s.model_versions), trajectory_id=s.trajectory_id)  # fmt: skip
+    return replace(s, train_mask=[0] * len(s.train_mask), advantages=[0.0] * len(s.advantages))
 
 
 def length_grouped_chunks(samples: Sequence[Sample], num_chunks: int) -> list[list[Sample]]:

@@ -33,7 +33,9 @@ def adapter_version_name(base: str, step: int) -> str:
     return f"{base}-lora-step{step}"
 
 
-def _post(root: str, route: str, payload: dict[str, Any], api_key: str, timeout: float) -> httpx.Response:
+def _post(base_url: str, route: str, payload: dict[str, Any], api_key: str, timeout: float) -> httpx.Response:
+    """POST to a route of the endpoint's root (``base_url`` with or without ``/v1``)."""
+    root = base_url.rstrip("/").removesuffix("/v1")
     try:
         return httpx.post(f"{root}{route}", json=payload, headers={"Authorization": f"Bearer {api_key}"},
                           timeout=timeout)  # fmt: skip
@@ -47,12 +49,11 @@ def load_adapter(base_url: str, path: str | Path, name: str, *, api_key: str = "
     Raises ``ConfigError`` when the endpoint has no runtime LoRA API (with the vLLM flags that
     enable it) and ``PolicyEndpointError`` when loading fails or the endpoint is unreachable.
     """
-    root = base_url.rstrip("/").removesuffix("/v1")
     payload = {"lora_name": name, "lora_path": str(Path(path).resolve()), "load_inplace": False}
-    r = _post(root, "/v1/load_lora_adapter", payload, api_key, timeout)
+    r = _post(base_url, "/v1/load_lora_adapter", payload, api_key, timeout)
     if r.status_code == 404 and "load_lora_adapter" not in r.text and "adapter" not in r.text.lower():
         raise ConfigError(
-            f"{root} has no runtime LoRA API. For vLLM start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 "
+            f"{base_url} has no runtime LoRA API. For vLLM start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 "
             "and --enable-lora --max-lora-rank R --max-loras 2; or use sync_mode=full."
         )
     if r.status_code != 200:
@@ -62,8 +63,7 @@ def load_adapter(base_url: str, path: str | Path, name: str, *, api_key: str = "
 
 def unload_adapter(base_url: str, name: str, *, api_key: str = "EMPTY", timeout: float = 60.0) -> bool:
     """Unload ``name`` from the endpoint; False (logged) when that failed. An unknown name counts as done."""
-    root = base_url.rstrip("/").removesuffix("/v1")
-    r = _post(root, "/v1/unload_lora_adapter", {"lora_name": name}, api_key, timeout)
+    r = _post(base_url, "/v1/unload_lora_adapter", {"lora_name": name}, api_key, timeout)
     if r.status_code not in (200, 404):
         logger.warning("unloading adapter %s failed: HTTP %s %s", name, r.status_code, r.text[:200])
         return False
