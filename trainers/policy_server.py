@@ -13,10 +13,12 @@ Run it (needs the ``serve`` and ``train`` extras)::
 
 Endpoints:
 
-- ``POST /v1/chat/completions``: ``model``, ``messages``, ``tools``, ``tool_choice`` (auto|none),
-  ``temperature`` (1.0; 0 = greedy), ``top_p``, ``max_tokens`` / ``max_completion_tokens``, ``n``,
-  ``seed``, ``stop``, ``logprobs``, ``top_logprobs``, ``return_token_ids``, and vLLM's extras
-  ``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``, ``return_tokens_as_token_ids``.
+- ``POST /v1/chat/completions``: ``model``, ``messages``, ``tools``, ``tool_choice`` (auto | none |
+  required | ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``,
+  ``response_format``, ``temperature`` (1.0; 0 = greedy), ``top_p``, ``max_tokens`` /
+  ``max_completion_tokens``, ``n``, ``seed``, ``stop``, ``logprobs``, ``top_logprobs``,
+  ``return_token_ids``, and vLLM's extras ``stop_token_ids``, ``ignore_eos``,
+  ``skip_special_tokens``, ``return_tokens_as_token_ids``.
 - ``GET /v1/models`` (base model and loaded adapters), ``GET /health``.
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}``,
   ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` (200 plain text, as vLLM).
@@ -26,6 +28,15 @@ long), 404 (unknown model or adapter, missing adapter path) or 500; a failing re
 stops the server. Departures from vLLM: ``max_tokens`` beyond the context window is clamped to
 what fits (and to ``--max-new-tokens-cap``) instead of refused; sampling defaults never come from
 the model's ``generation_config`` (vLLM's ``--generation-config auto`` applies them); no streaming.
+Nothing is grammar-constrained: ``tool_choice`` "required" or a named function appends the start of
+a tool call, as the chat template writes it, to the prompt (``trainers._tool_choice``) and the
+model samples the rest. ``prompt_token_ids`` include those forced tokens (``token_ids`` and
+``logprobs`` cover only sampled ones); a continuation that does not parse comes back as content
+(forced text + completion) with no ``tool_calls``, where vLLM's grammar always yields a call;
+parsed calls end with ``finish_reason`` "tool_calls" (vLLM says "stop" for these two modes) and
+keep the template's call format (vLLM's grammar makes named calls plain JSON arguments and
+"required" a JSON list). ``response_format`` (json_object / json_schema) is accepted but not
+enforced, and ``parallel_tool_calls`` is ignored: every parsed call is returned.
 """
 
 from __future__ import annotations
@@ -58,6 +69,7 @@ from ._generation import (
     PolicyEngine,
     SamplingParams,
 )
+from ._tool_choice import ForcedToolCall, ToolChoice, force_tool_call, resolve_tool_choice
 from .chat_format import normalize_messages, parse_tool_calls
 
 __all__ = ["build_choice", "create_app", "main", "make_parser", "serve_in_background"]
@@ -139,6 +151,10 @@ class ChatCompletionRequest(BaseModel):
     messages: list[_Message] = Field(min_length=1)
     tools: list[_Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    """Accepted and ignored: every parsed tool call is returned."""
+    response_format: dict[str, Any] | None = None
+    """Accepted but not enforced: there is no grammar-constrained decoding here."""
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -214,12 +230,15 @@ def build_choice(
     tokens_as_ids: bool = False,
     skip_special_tokens: bool = True,
     token_text: _TokenText | None = None,
+    forced_text: str | None = None,
 ) -> dict[str, Any]:
     """One ``choices[i]`` entry of a chat completion, in vLLM's shape.
 
     The text excludes the EOS / stop token that ended the completion (``token_ids`` keeps it) and
     anything from a matched stop string on; with ``parse_tools`` the hermes ``<tool_call>`` blocks
-    become ``tool_calls`` (all must parse, else the raw text stays the content).
+    become ``tool_calls`` (all must parse, else the raw text stays the content). ``forced_text``
+    (the start of a tool call that was appended to the prompt for ``tool_choice`` "required" or a
+    named function) is put before the completion's text, which is then always parsed.
     """
     ids = list(completion.token_ids)
     text_ids = ids
@@ -228,6 +247,8 @@ def build_choice(
     text = tokenizer.decode(text_ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
     if isinstance(completion.stop_reason, str) and (cut := text.find(completion.stop_reason)) >= 0:
         text = text[:cut]
+    if forced_text is not None:
+        text, parse_tools = forced_text + text, True
     finish_reason: str = completion.finish_reason
     content: str | None = text
     tool_calls: list[dict[str, Any]] = []
@@ -352,10 +373,10 @@ def create_app(
             raise GenerationError("stream=true is not supported by this server; send stream=false.")
         if body.top_logprobs and not body.logprobs:
             raise GenerationError("when using `top_logprobs`, `logprobs` must be set to true.")
-        if body.tool_choice not in (None, "auto", "none"):
-            raise GenerationError(f"tool_choice={body.tool_choice!r} is not supported; use 'auto' or 'none'.")
+        choice = resolve_tool_choice(body.tool_choice, [t.function.name for t in body.tools or ()])
         model = engine.check_model(body.model)
-        prompt_ids = await asyncio.to_thread(_prompt_ids, engine, body)  # template + tokenizer: off the event loop
+        # template + tokenizer: off the event loop
+        prompt_ids, forced = await asyncio.to_thread(_prompt_ids, engine, body, choice)
         room = engine.max_model_len - len(prompt_ids)
         if room <= 0:
             raise GenerationError(
@@ -379,7 +400,7 @@ def create_app(
         if completions is None:
             logger.info("client disconnected; dropped its generation")
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-        parse_tools = bool(body.tools) and body.tool_choice != "none"
+        parse_tools = bool(body.tools) and choice.mode != "none"
 
         def respond() -> JSONResponse:  # decoding, tool-call parsing and JSON encoding: off the event loop
             choices = [
@@ -393,6 +414,7 @@ def create_app(
                     tokens_as_ids=body.return_tokens_as_token_ids,
                     skip_special_tokens=body.skip_special_tokens,
                     token_text=token_text,
+                    forced_text=forced.text if forced else None,
                 )
                 for i, c in enumerate(completions)
             ]
@@ -438,8 +460,14 @@ async def _result_unless_disconnected(future: Future, request: Request) -> Any:
         waiting.cancel()  # no-op once done; otherwise it cancels `future` too
 
 
-def _prompt_ids(engine: PolicyEngine, body: ChatCompletionRequest) -> list[int]:
-    """The chat template applied to the request, tokenized without extra special tokens."""
+def _prompt_ids(
+    engine: PolicyEngine, body: ChatCompletionRequest, choice: ToolChoice
+) -> tuple[list[int], ForcedToolCall | None]:
+    """The chat template applied to the request, tokenized without extra special tokens.
+
+    For a ``choice`` that forces a tool call, the ids also hold the forced start of the call,
+    and the second value says which text that is.
+    """
     tokenizer = engine.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise GenerationError(f"The model at {engine.model_path} has no chat template; save one with the tokenizer.")
@@ -449,7 +477,11 @@ def _prompt_ids(engine: PolicyEngine, body: ChatCompletionRequest) -> list[int]:
         prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
     except Exception as e:
         raise GenerationError(f"Could not apply the chat template to these messages: {type(e).__name__}: {e}") from e
-    return list(tokenizer(prompt, add_special_tokens=False).input_ids)
+    prompt_ids = list(tokenizer(prompt, add_special_tokens=False).input_ids)
+    if not choice.forced:
+        return prompt_ids, None
+    forced = force_tool_call(tokenizer, messages, tools or [], prompt, prompt_ids, choice)
+    return forced.token_ids, forced
 
 
 # -- command line --------------------------------------------------------------------------
