@@ -10,6 +10,13 @@ Ends with one JSON line:
 - ``overhead_ms_per_step_c64``: wall time per agent step (LLM call + tool execution + state
   update) of 64 concurrent rollouts through ``graphs/agent.py`` with an instant scripted policy
   (``ReferencePolicy``) and in-process environments: the framework's own cost per step.
+- ``dropin_overhead_ms_per_call``: what the drop-in capture (``TrajectoryRecorder``) costs per LLM
+  call: a ``create_agent`` graph with ``EvolverMiddleware`` and an instant scripted model, 64
+  concurrent rollouts, with the recorder vs without it (median of alternating repetitions).
+- ``overhead_vs_langgraph_floor`` / ``dropin_overhead_vs_langgraph_floor``: time per agent step
+  (one LLM call and its tools) of our agent graph / of the captured ``create_agent`` graph,
+  divided by LangGraph's own floor measured in the same run: a bare ``StateGraph`` of no-op async
+  nodes taking the same node steps (two per agent step) at the same concurrency.
 - ``rollouts_per_s_c64_http``: the same rollouts with every environment behind the HTTP service
   (``python -m env_tools.server`` in its own process).
 - ``policy_server_batch_speedup``: completion tokens/s of the CPU policy server with 32
@@ -88,6 +95,94 @@ def bench_overhead(n: int) -> dict[str, float]:
     }
 
 
+def _dropin_agent():
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
+
+    from env_tools.sandbox.apps import TOOLS, tool_schema
+    from langgraph_evolver import EvolverMiddleware, environment_tools
+
+    hosted = ChatOpenAI(model="unused", api_key="sk-unused", base_url="http://127.0.0.1:9/v1")  # routed away
+    stand_ins = environment_tools(None, [tool_schema(name) for name in TOOLS])  # routed to each rollout's env
+    return create_agent(hosted, stand_ins, middleware=[EvolverMiddleware()])
+
+
+async def _dropin_rollouts(agent, tasks, capture: bool) -> tuple[float, int, float]:
+    from langgraph_evolver.rollout import arun_rollouts
+    from langgraph_evolver.testing import ReferencePolicy
+
+    policy = ReferencePolicy(tasks, metadata={"evolver_policy": True})
+    t0 = time.perf_counter()
+    trajs = await arun_rollouts(agent, tasks, n=1, policy=policy, concurrency=64, capture=capture)
+    wall = time.perf_counter() - t0
+    calls = sum(len(t.task.reference_solution) + 1 for t in trajs)
+    return wall, calls, sum(t.reward or 0.0 for t in trajs) / len(trajs)
+
+
+async def _floor(tasks) -> tuple[float, int]:
+    """LangGraph's own cost: no-op async nodes, two node steps per agent step, 64 graphs at once."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class Counter(TypedDict):
+        i: int
+        n: int
+
+    async def llm(state: Counter) -> dict:
+        return {"i": state["i"] + 1}
+
+    async def tools(state: Counter) -> dict:
+        return {}
+
+    g = StateGraph(Counter)
+    g.add_node("llm", llm)
+    g.add_node("tools", tools)
+    g.add_edge(START, "llm")
+    g.add_conditional_edges("llm", lambda s: "tools" if s["i"] < s["n"] else END, ["tools", END])
+    g.add_edge("tools", "llm")
+    graph = g.compile()
+    semaphore = asyncio.Semaphore(64)
+    sizes = [len(t.reference_solution) + 1 for t in tasks]
+
+    async def one(n: int) -> None:
+        async with semaphore:
+            await graph.ainvoke({"i": 0, "n": n}, {"recursion_limit": 4 * n + 10})
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in sizes))
+    return time.perf_counter() - t0, sum(sizes)
+
+
+def bench_dropin(n: int, repeats: int) -> dict[str, float]:
+    import statistics
+
+    tasks = unique_tasks(n)
+    agent = _dropin_agent()
+    asyncio.run(_dropin_rollouts(agent, tasks[:64], True))  # warm up
+    asyncio.run(_floor(tasks[:64]))
+    with_capture, without, floor, ours = [], [], [], []
+    for _ in range(repeats):  # alternate, so drift on a shared machine hits every variant alike
+        wall, calls, reward = asyncio.run(_dropin_rollouts(agent, tasks, True))
+        assert reward == 1.0, f"the scripted policy must solve every task through create_agent, got {reward}"
+        with_capture.append(1000 * wall / calls)
+        wall, calls, _ = asyncio.run(_dropin_rollouts(agent, tasks, False))
+        without.append(1000 * wall / calls)
+        wall, steps = asyncio.run(_floor(tasks))
+        floor.append(1000 * wall / steps)
+        wall, steps, _ = asyncio.run(_rollouts(tasks))
+        ours.append(1000 * wall / steps)
+    med = statistics.median
+    return {
+        "dropin_overhead_ms_per_call": round(med(w - o for w, o in zip(with_capture, without, strict=True)), 3),
+        "dropin_ms_per_step_c64": round(med(with_capture), 3),
+        "dropin_uncaptured_ms_per_step_c64": round(med(without), 3),
+        "langgraph_floor_ms_per_step_c64": round(med(floor), 3),
+        "overhead_vs_langgraph_floor": round(med(o / f for o, f in zip(ours, floor, strict=True)), 2),
+        "dropin_overhead_vs_langgraph_floor": round(med(w / f for w, f in zip(with_capture, floor, strict=True)), 2),
+    }
+
+
 def bench_http(n: int) -> dict[str, float]:
     import httpx
 
@@ -137,6 +232,8 @@ def main() -> None:
     print(f"env: {figures}", file=sys.stderr)
     figures.update(bench_overhead(n))
     print(f"overhead: {figures}", file=sys.stderr)
+    figures.update(bench_dropin(n, 3 if args.quick else 5))
+    print(f"dropin: {figures}", file=sys.stderr)
     figures.update(bench_http(n))
     print(f"http: {figures}", file=sys.stderr)
     figures.update(bench_policy_server(args.model, args.quick))

@@ -1,55 +1,60 @@
-"""The tool-using agent as a LangGraph graph, recording a trajectory as it runs.
+"""Our reference agent: a tool-using LangGraph graph, built like any user's agent.
 
-    START → reset → agent ⇄ act → … → answer/finish → END
+    START → start → agent ⇄ tools → … → END
 
-- ``reset`` builds a fresh environment for the task (``env_factory`` in the run's
-  ``configurable``, else the registry) and opens the conversation with its messages and tools.
-- ``agent`` calls the policy on the prompt the context template makes of the history.
-- ``act`` executes the tool calls against the environment. Malformed calls (undecodable JSON,
-  arguments that are not an object, an unparseable ``<tool_call>`` block, an unknown tool, wrong
-  arguments) become error observations and the rollout goes on.
-- ``answer`` hands a final text answer to the environment; ``finish`` scores and releases it.
+It is one user of the drop-in seams (``langgraph_evolver/dropin.py``): ``create_agent_graph(model,
+tools)`` is a ``build(model, tools)`` factory, the rollout runner records it with the same
+callbacks as any other graph, and its environment is reached only through the tools it is given
+(``None``: the tools of the rollout it runs in). What it adds to a plain ReAct loop is what the
+tiny policy was trained with:
 
-Stops when the model answers without tool calls, the environment says done, or after
-``max_turns`` LLM calls. The graph never raises for a bad model output or a failing
-environment: the error goes into the state's ``errors`` and the run ends cleanly.
+- ``start`` opens with the environment's system prompt when the input has none;
+- ``agent`` calls the policy on the prompt the context template makes of the history;
+- ``tools`` runs the turn's calls. With the environment's own tools the whole turn is one
+  environment step, so malformed calls (undecodable JSON, arguments that are not an object, an
+  unknown tool, wrong arguments) get the environment's exact error observation and the rollout
+  goes on; an unparseable ``<tool_call>`` block gets a feedback turn saying how to write a call.
 
-Served by ``langgraph dev`` as ``agent`` (see ``langgraph.json``); the module-level ``graph``
-talks to the policy endpoint named by ``EVOLVER_POLICY_BASE_URL`` (default
-``http://127.0.0.1:8000/v1``) and ``EVOLVER_POLICY_MODEL`` (default ``tiny-policy``). Input:
-``{"task": {...}}`` (a ``Task`` dict) or ``{"task_id": "sandbox-test-00003"}``.
+Stops when the model answers without tool calls or after ``max_turns`` LLM calls.
 
-Example:
+The module-level ``graph`` (served by ``langgraph dev`` as ``agent``) runs this agent on a task end to
+end (``langgraph_evolver/episode.py``): input ``{"task_id": "sandbox-test-00003", "env": "sandbox"}`` or
+``{"task": {...}}``. It talks to the policy endpoint named by ``EVOLVER_POLICY_BASE_URL`` (default
+``http://127.0.0.1:8000/v1``) and ``EVOLVER_POLICY_MODEL`` (default ``tiny-policy``);
+``EVOLVER_AGENT=my_pkg.agent:build_agent`` serves your own agent through the same episode instead
+(``EVOLVER_AGENT_INPUT`` for its input builder), and ``EVOLVER_ENV_MODULES`` (comma-separated)
+names modules to import first, so custom environments are registered. Example:
     >>> from graphs.agent import create_agent_graph
     >>> from langgraph_evolver import PolicyChatModel, run_rollouts
-    >>> graph = create_agent_graph(PolicyChatModel(base_url="http://127.0.0.1:8000/v1", model="tiny-policy"))
-    >>> trajectories = run_rollouts(graph, tasks, n=4)        # doctest: +SKIP
+    >>> policy = PolicyChatModel(base_url="http://127.0.0.1:8000/v1", model="tiny-policy")
+    >>> trajectories = run_rollouts(create_agent_graph, tasks, policy=policy, n=4)   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import operator
+import functools
+import importlib
 import os
-import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
-from env_tools.base import load_environment
-from langgraph_evolver.chat_model import PolicyChatModel, transition_from_message
+from langgraph_evolver.capture import MALFORMED_MARKER, calls_of, message_text
+from langgraph_evolver.chat_model import PolicyChatModel
 from langgraph_evolver.context import ContextTemplate, get_context_template
-from langgraph_evolver.errors import ConfigError
-from langgraph_evolver.rollout import live_environment, register_live_environment, release_live_environment
-from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation
+from langgraph_evolver.dropin import AgentSpec, EnvironmentTool, as_agent, current_rollout
+from langgraph_evolver.episode import create_episode_graph
+from langgraph_evolver.errors import ConfigError, EnvironmentFailure
+from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
-__all__ = ["AgentState", "create_agent_graph", "graph"]
+__all__ = ["AgentState", "create_agent_graph", "environment_input", "graph", "reference_agent"]
 
 DEFAULT_MAX_TURNS = 10
-MALFORMED_MARKER = "<tool_call>"
 PARSE_ERROR_FEEDBACK = (
     'Error: your tool call could not be parsed. Write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
     "with valid JSON."
@@ -57,33 +62,13 @@ PARSE_ERROR_FEEDBACK = (
 
 
 class AgentState(TypedDict, total=False):
-    task: dict[str, Any]
-    """The task (``Task.to_dict()``); or give ``task_id`` and it is looked up."""
-    task_id: str
     messages: Annotated[list[AnyMessage], add_messages]
-    tools: list[dict[str, Any]]
-    steps: Annotated[list[dict[str, Any]], operator.add]
-    """One ``Step.to_dict()`` per LLM call."""
     turn: int
-    done: bool
-    finish_reason: str
-    reward: float | None
-    errors: Annotated[list[str], operator.add]
-    env_handle: str
 
 
-def _resolve_task(state: AgentState) -> Task:
-    if state.get("task"):
-        return Task.from_dict(state["task"])
-    task_id = state.get("task_id")
-    if not task_id:
-        raise ConfigError('The agent needs {"task": {...}} or {"task_id": "..."} as input.')
-    env = load_environment(task_id.split("-", 1)[0] if "-" in task_id else "sandbox")
-    for split in ("train", "test"):
-        for task in env.list_tasks(split):
-            if task.id == task_id:
-                return task
-    raise ConfigError(f"Unknown task id {task_id!r}; pass the whole task as {{'task': {{...}}}} instead.")
+def environment_input(task: Task, observation: Observation) -> dict[str, Any]:
+    """The environment's opening messages (its system prompt and the task) as the graph's input."""
+    return {"messages": [_to_lc_message(m) for m in observation.messages]}
 
 
 def _to_lc_message(message: dict[str, Any]) -> AnyMessage:
@@ -95,70 +80,59 @@ def _to_lc_message(message: dict[str, Any]) -> AnyMessage:
     raise ConfigError(f"Environments open with system/user messages; got role {role!r}.")
 
 
-def _calls_of(ai: AIMessage, turn: int) -> list[ToolCall]:
-    calls = [
-        ToolCall(name=tc["name"], arguments=tc.get("args") or {}, id=tc.get("id") or f"call_{turn}_{i}")
-        for i, tc in enumerate(ai.tool_calls)
+async def _run_tools(tools: Sequence[BaseTool], ai: AIMessage, turn: int) -> list[ToolMessage]:
+    """Execute the turn's tool calls; errors become error observations, never exceptions."""
+    calls = calls_of(ai, turn)
+    rollout = current_rollout()
+    by_name = {t.name: t for t in tools}
+    if rollout is not None and all(isinstance(t, EnvironmentTool) and t.rollout is rollout for t in tools):
+        try:  # one environment step for the whole turn: the environment judges every call, malformed included
+            async with rollout.lock:
+                result = await rollout.env.astep(Action(tool_calls=tuple(calls), content=message_text(ai) or None))
+        except Exception as e:
+            raise EnvironmentFailure(f"environment step failed: {type(e).__name__}: {e}") from e
+        observations = list(result.observations)
+    else:
+        observations = [await _run_one(by_name, c) for c in calls]
+    return [
+        ToolMessage(o.content, tool_call_id=c.id, name=o.name or c.name, status="error" if o.is_error else "success")
+        for c, o in zip(calls, observations, strict=False)
     ]
-    offset = len(calls)
-    calls += [  # arguments stay a raw string: the environment answers with an error observation
-        ToolCall(
-            name=tc.get("name") or "", arguments=tc.get("args") or "", id=tc.get("id") or f"call_{turn}_{offset + i}"
-        )
-        for i, tc in enumerate(ai.invalid_tool_calls)
-    ]
-    return calls
 
 
-def _text(ai: AIMessage) -> str:
-    return ai.content if isinstance(ai.content, str) else ai.text
+async def _run_one(tools: dict[str, BaseTool], call: ToolCall) -> ToolObservation:
+    def error(text: str) -> ToolObservation:
+        return ToolObservation(call_id=call.id, name=call.name, content=f"Error: {text}", is_error=True)
 
-
-def _run_id(ai: AIMessage) -> str | None:
-    return (ai.response_metadata or {}).get("llm_run_id")
-
-
-async def _execute_calls(env: Any, ai: AIMessage, calls: list[ToolCall], turn: int, transition: Any) -> dict[str, Any]:
-    """Run the turn's tool calls in the environment; an environment failure ends the rollout."""
-    step_error = None
-    if ai.invalid_tool_calls:
-        step_error = "; ".join(f"{c.get('name')}: {c.get('error') or 'bad arguments'}" for c in ai.invalid_tool_calls)
-    action = Action(tool_calls=tuple(calls), content=_text(ai) or None)
-    errors: list[str] = []
+    tool = tools.get(call.name)
+    if tool is None:
+        return error(f"unknown tool {call.name!r}. Available tools: {', '.join(sorted(tools))}")
+    if not isinstance(call.arguments, dict):
+        return error(f"arguments of {call.name} are not a JSON object: {str(call.arguments)[:200]!r}")
     try:
-        result = await env.astep(action)
-        observations, done = result.observations, result.done
+        out = await tool.ainvoke({"type": "tool_call", "name": call.name, "args": call.arguments, "id": call.id})
     except Exception as e:
-        msg = f"environment step failed: {type(e).__name__}: {e}"
-        observations = tuple(
-            ToolObservation(call_id=c.id, name=c.name, content=f"Error: {msg}", is_error=True) for c in calls
-        )
-        done, errors = True, [msg]
-    step = Step(index=turn - 1, action=action, observations=tuple(observations), transition=transition,
-                error=step_error, llm_run_id=_run_id(ai))  # fmt: skip
-    tool_messages = [
-        ToolMessage(o.content, tool_call_id=o.call_id, name=o.name, status="error" if o.is_error else "success")
-        for o in observations
-    ]
-    update: dict[str, Any] = {"messages": tool_messages, "steps": [step.to_dict()], "errors": errors}
-    if done:
-        update.update(done=True, finish_reason="error" if errors else "env_done")
-    return update
+        return error(f"{call.name} failed with {type(e).__name__}: {e}")
+    content = out.content if isinstance(out, ToolMessage) else out
+    failed = isinstance(out, ToolMessage) and out.status == "error"
+    return ToolObservation(call_id=call.id, name=call.name, content=str(content), is_error=failed)
 
 
 def create_agent_graph(
     model: str | BaseChatModel,
+    tools: Sequence[BaseTool] | None = None,
     *,
     context_template: str | ContextTemplate = "causal",
     max_turns: int = DEFAULT_MAX_TURNS,
     name: str = "agent",
 ):
-    """Compile the agent graph for ``model`` (a chat model, or an ``init_chat_model`` string).
+    """Compile the agent for ``model`` (a chat model, or an ``init_chat_model`` string).
 
     Args:
-        model: the policy. Use ``PolicyChatModel`` to record token ids and logprobs.
-        context_template: how history becomes each prompt (``"causal"`` or a callable).
-        max_turns: maximum LLM calls per rollout.
+        model: The policy. Use ``PolicyChatModel`` to record token ids and logprobs.
+        tools: The tools to call; ``None``: the tools of the rollout the graph runs in.
+        context_template: How history becomes each prompt (``"causal"`` or a callable).
+        max_turns: Maximum LLM calls per run.
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -167,119 +141,81 @@ def create_agent_graph(
 
         model = init_chat_model(model)
     template = get_context_template(context_template)
+    fixed_tools = list(tools) if tools is not None else None
 
-    async def reset(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        task = _resolve_task(state)
-        handle = state.get("env_handle") or os.urandom(8).hex()
-        factory = (config.get("configurable") or {}).get("env_factory")
-        try:
-            env = factory(task) if factory is not None else load_environment(task.env)
-            register_live_environment(handle, env)
-            obs = await env.areset(task)
-        except Exception as e:
-            return {"task": task.to_dict(), "env_handle": handle, "done": True, "finish_reason": "error",
-                    "errors": [f"environment reset failed: {type(e).__name__}: {e}"]}  # fmt: skip
-        return {
-            "task": task.to_dict(),
-            "env_handle": handle,
-            "messages": [_to_lc_message(m) for m in obs.messages],
-            "tools": obs.tools,
-            "turn": 0,
-            "done": False,
-        }
+    def tools_now() -> list[BaseTool]:
+        if fixed_tools is not None:
+            return fixed_tools
+        rollout = current_rollout()
+        return rollout.tools if rollout is not None else []
 
-    async def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        prompt = template(state["messages"])
+    def start(state: AgentState) -> dict[str, Any]:
+        messages = state.get("messages") or []
+        rollout = current_rollout()
+        if rollout is None or any(isinstance(m, SystemMessage) for m in messages):
+            return {"turn": 0}
+        opening = [
+            SystemMessage(m.get("content") or "") for m in rollout.observation.messages if m.get("role") == "system"
+        ]
+        if not opening:
+            return {"turn": 0}
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *opening, *messages], "turn": 0}
+
+    async def agent(state: AgentState) -> dict[str, Any]:
+        available = tools_now()
         try:
-            bound = model.bind_tools(state["tools"]) if state.get("tools") else model
+            bound = model.bind_tools(available) if available else model
         except NotImplementedError:  # scripted test models
             bound = model
-        try:
-            run_id = uuid.uuid4()  # named, so the step can point at its LLM run (trace, LangSmith feedback)
-            ai = await bound.ainvoke(prompt, {**config, "run_id": run_id})
-            ai.response_metadata["llm_run_id"] = str(run_id)
-        except Exception as e:
-            return {"turn": state.get("turn", 0) + 1, "finish_reason": "error",
-                    "errors": [f"policy call failed: {type(e).__name__}: {e}"]}  # fmt: skip
+        ai = await bound.ainvoke(template(state["messages"]))
         return {"messages": [ai], "turn": state.get("turn", 0) + 1}
 
     async def act(state: AgentState) -> dict[str, Any]:
         ai: AIMessage = state["messages"][-1]
-        turn = state.get("turn", 0)
-        calls = _calls_of(ai, turn)
-        transition = transition_from_message(ai)
-        if calls:
-            update = await _execute_calls(live_environment(state["env_handle"]), ai, calls, turn, transition)
-        else:  # the model wrote a <tool_call> block that did not parse: tell it, as the next user turn
-            feedback = ToolObservation(call_id="", name="", content=PARSE_ERROR_FEEDBACK, is_error=True)
-            step = Step(index=turn - 1, action=Action(content=_text(ai)), observations=(feedback,),
-                        transition=transition, error="unparseable tool call", llm_run_id=_run_id(ai))  # fmt: skip
-            update = {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)], "steps": [step.to_dict()]}
-        if not update.get("done") and turn >= max_turns:
-            update.update(done=True, finish_reason="max_turns")
-        return update
+        if ai.tool_calls or ai.invalid_tool_calls:
+            return {"messages": await _run_tools(tools_now(), ai, state.get("turn", 0))}
+        return {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)]}  # an unparseable <tool_call> block
 
-    async def answer(state: AgentState) -> dict[str, Any]:
-        ai: AIMessage = state["messages"][-1]
-        turn = state.get("turn", 0)
-        action = Action(content=_text(ai))
-        errors = []
-        try:
-            await live_environment(state["env_handle"]).astep(action)
-        except Exception as e:
-            errors.append(f"environment rejected the final answer: {type(e).__name__}: {e}")
-        step = Step(index=turn - 1, action=action, transition=transition_from_message(ai), llm_run_id=_run_id(ai))
-        return {"steps": [step.to_dict()], "done": True, "finish_reason": "final_answer", "errors": errors}
-
-    async def finish(state: AgentState) -> dict[str, Any]:
-        handle = state.get("env_handle")
-        env = live_environment(handle) if handle else None
-        update: dict[str, Any] = {"done": True, "finish_reason": state.get("finish_reason") or "error"}
-        if env is not None:
-            try:
-                update["reward"] = float(await env.aevaluate())
-            except Exception as e:
-                update["reward"] = None
-                update["errors"] = [f"evaluation failed: {type(e).__name__}: {e}"]
-            await release_live_environment(handle)
-        return update
-
-    def after_reset(state: AgentState) -> Literal["agent", "finish"]:
-        return "finish" if state.get("done") else "agent"
-
-    def after_agent(state: AgentState) -> Literal["act", "answer", "finish"]:
-        if state.get("finish_reason") == "error":
-            return "finish"
+    def after_agent(state: AgentState) -> Literal["tools", "__end__"]:
         ai = state["messages"][-1]
-        if ai.tool_calls or ai.invalid_tool_calls or MALFORMED_MARKER in _text(ai):
-            return "act"
-        return "answer"
+        if ai.tool_calls or ai.invalid_tool_calls or MALFORMED_MARKER in message_text(ai):
+            return "tools"
+        return END
 
-    def after_act(state: AgentState) -> Literal["agent", "finish"]:
-        return "finish" if state.get("done") else "agent"
+    def after_tools(state: AgentState) -> Literal["agent", "__end__"]:
+        return END if state.get("turn", 0) >= max_turns else "agent"
 
     builder = StateGraph(AgentState)
-    builder.add_node("reset", reset)
+    builder.add_node("start", start)
     builder.add_node("agent", agent)
-    builder.add_node("act", act)
-    builder.add_node("answer", answer)
-    builder.add_node("finish", finish)
-    builder.add_edge(START, "reset")
-    builder.add_conditional_edges("reset", after_reset)
+    builder.add_node("tools", act)
+    builder.add_edge(START, "start")
+    builder.add_edge("start", "agent")
     builder.add_conditional_edges("agent", after_agent)
-    builder.add_conditional_edges("act", after_act)
-    builder.add_edge("answer", "finish")
-    builder.add_edge("finish", END)
+    builder.add_conditional_edges("tools", after_tools)
     return builder.compile(name=name)
 
 
-def _default_policy() -> PolicyChatModel:
-    return PolicyChatModel(
+def reference_agent(
+    *, context_template: str | ContextTemplate = "causal", max_turns: int = DEFAULT_MAX_TURNS
+) -> AgentSpec:
+    """Our agent as an ``AgentSpec``: built per rollout with the policy and the environment's tools."""
+    build = functools.partial(create_agent_graph, context_template=context_template, max_turns=max_turns)
+    return AgentSpec(build=build, to_input=environment_input, name="agent")
+
+
+def _served_graph():  # what `langgraph dev` serves as `agent`
+    for module in filter(None, (m.strip() for m in os.environ.get("EVOLVER_ENV_MODULES", "").split(","))):
+        importlib.import_module(module)
+    policy = PolicyChatModel(
         base_url=os.environ.get("EVOLVER_POLICY_BASE_URL", "http://127.0.0.1:8000/v1"),
         model=os.environ.get("EVOLVER_POLICY_MODEL", "tiny-policy"),
         max_tokens=int(os.environ.get("EVOLVER_POLICY_MAX_TOKENS", "128")),
         timeout=float(os.environ.get("EVOLVER_POLICY_TIMEOUT", "120")),
     )
+    user_agent = os.environ.get("EVOLVER_AGENT")
+    agent = as_agent(user_agent, to_input=os.environ.get("EVOLVER_AGENT_INPUT")) if user_agent else reference_agent()
+    return create_episode_graph(agent, policy, max_turns=int(os.environ.get("EVOLVER_MAX_TURNS", "10")))
 
 
-graph = create_agent_graph(_default_policy())
+graph = _served_graph()

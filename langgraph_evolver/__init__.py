@@ -23,10 +23,13 @@ from .attribution import (
     make_judge,
     summarize_attributions,
 )
+from .capture import TrajectoryRecorder, TurnLimitReached
 from .chat_model import PolicyChatModel, transition_from_message
 from .context import ContextTemplate, causal_template, get_context_template, register_context_template
+from .dropin import AgentSpec, EnvironmentTool, arun_episode, as_agent, current_rollout, environment_tools
 from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
-from .rollout import arun_rollout_items, arun_rollouts, run_rollouts, trajectory_from_state
+from .middleware import EvolverMiddleware
+from .rollout import arun_rollout_items, arun_rollouts, run_rollouts
 from .tracing import JsonlTracer, build_run_tree, langsmith_callbacks, langsmith_enabled, read_runs, trace_metadata
 from .types import (
     Action,
@@ -43,6 +46,15 @@ from .types import (
 )
 
 __all__ = [
+    "AgentSpec",
+    "EnvironmentTool",
+    "EvolverMiddleware",
+    "TrajectoryRecorder",
+    "TurnLimitReached",
+    "arun_episode",
+    "as_agent",
+    "current_rollout",
+    "environment_tools",
     "ADCAAdvantages",
     "Action",
     "Attribution",
@@ -91,7 +103,6 @@ __all__ = [
     "run_rollouts",
     "summarize_attributions",
     "trace_metadata",
-    "trajectory_from_state",
     "transition_from_message",
     "write_jsonl",
 ]

@@ -28,7 +28,10 @@ from pydantic import PrivateAttr, SecretStr
 
 from .types import Transition
 
-__all__ = ["PolicyChatModel", "transition_from_message"]
+__all__ = ["POLICY_MARKER", "PolicyChatModel", "transition_from_message"]
+
+POLICY_MARKER = "evolver_policy"
+"""Metadata key a ``PolicyChatModel`` puts on its runs: the capture trains on calls carrying it."""
 
 
 def _split_bad_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -54,7 +57,9 @@ class PolicyChatModel(ChatOpenAI):
 
     Defaults differ from ``ChatOpenAI`` only where the RL contract needs it: ``logprobs=True``,
     ``extra_body={"return_token_ids": True}``, ``disable_streaming=True``,
-    ``use_responses_api=False``, ``temperature=1.0``, ``api_key="EMPTY"``.
+    ``use_responses_api=False``, ``temperature=1.0``, ``api_key="EMPTY"``. Its runs carry
+    ``metadata={"evolver_policy": True}``, which is how the capture tells the policy's calls from
+    other models' (pass ``metadata={"evolver_policy": False}`` for one that must not be trained).
     """
 
     _loop_clients: dict[Any, Any] = PrivateAttr(default_factory=dict)
@@ -66,6 +71,7 @@ class PolicyChatModel(ChatOpenAI):
         kwargs.setdefault("use_responses_api", False)
         kwargs.setdefault("temperature", 1.0)
         kwargs.setdefault("api_key", "EMPTY")
+        kwargs["metadata"] = {POLICY_MARKER: True, **(kwargs.get("metadata") or {})}
         super().__init__(extra_body=extra_body, **kwargs)
 
     def _use_client_of_running_loop(self) -> None:

@@ -220,6 +220,14 @@ class Step:
     """Set when the turn's output could not be parsed or executed as intended."""
     llm_run_id: str | None = None
     """The LangChain run id of this step's LLM call (trace and LangSmith feedback target)."""
+    node: str | None = None
+    """The LangGraph node that made the call (``langgraph_node``)."""
+    namespace: str = ""
+    """The subgraph/checkpoint namespace of that node (``""`` at the top level)."""
+    model: str | None = None
+    """The model that answered (a served policy version, or another model's name)."""
+    policy: bool = True
+    """Whether the call went to the policy being trained (other models are recorded, never trained)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -229,6 +237,10 @@ class Step:
             "transition": None if self.transition is None else self.transition.to_dict(),
             "error": self.error,
             "llm_run_id": self.llm_run_id,
+            "node": self.node,
+            "namespace": self.namespace,
+            "model": self.model,
+            "policy": self.policy,
         }
 
     @classmethod
@@ -241,6 +253,10 @@ class Step:
             transition=None if tr is None else Transition.from_dict(tr),
             error=data.get("error"),
             llm_run_id=data.get("llm_run_id"),
+            node=data.get("node"),
+            namespace=data.get("namespace") or "",
+            model=data.get("model"),
+            policy=bool(data.get("policy", True)),
         )
 
 

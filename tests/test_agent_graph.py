@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from langchain_core.messages import AIMessage
 
 from env_tools.sandbox import SandboxEnvironment, seed_tasks
 from graphs.agent import create_agent_graph
-from langgraph_evolver.rollout import _LIVE, arun_rollouts, run_rollouts
+from langgraph_evolver.rollout import arun_rollouts, run_rollouts
 from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
 from langgraph_evolver.types import Trajectory
 
@@ -23,10 +22,24 @@ def unique_query_tasks(split: str = "train"):
     return out
 
 
+class Tracked(SandboxEnvironment):
+    """A sandbox that counts its open instances, to check every rollout releases its environment."""
+
+    open: set = set()
+
+    def reset(self, task):
+        Tracked.open.add(id(self))
+        return super().reset(task)
+
+    def close(self):
+        Tracked.open.discard(id(self))
+        super().close()
+
+
 def test_reference_policy_solves_tasks_through_the_graph():
     tasks = unique_query_tasks()[:30]
     graph = create_agent_graph(ReferencePolicy(tasks))
-    trajs = run_rollouts(graph, tasks)
+    trajs = run_rollouts(graph, tasks, env_factory=lambda task: Tracked())
     assert [t.reward for t in trajs] == [1.0] * len(tasks)
     for traj, task in zip(trajs, tasks, strict=True):
         assert traj.finish_reason == "final_answer"
@@ -36,7 +49,8 @@ def test_reference_policy_solves_tasks_through_the_graph():
         assert [s.action.tool_calls[0].name for s in traj.steps[:-1]] == [c.name for c in task.reference_solution]
         assert all(not o.is_error for s in traj.steps for o in s.observations)
         assert traj.steps[-1].action.content == (task.metadata["answer"] or "Done.")
-    assert not _LIVE, "environments must be released"
+        assert {s.node for s in traj.steps} == {"agent"}
+    assert not Tracked.open, "environments must be released"
 
 
 def test_malformed_calls_become_error_observations_and_the_rollout_goes_on():
@@ -58,7 +72,6 @@ def test_malformed_calls_become_error_observations_and_the_rollout_goes_on():
     assert traj.reward == 1.0
     assert len(traj.steps) == 6
     assert traj.steps[0].error == "unparseable tool call"
-    assert "could not be parsed" in traj.steps[0].observations[0].content
     assert "not a JSON object" in traj.steps[1].observations[0].content
     assert traj.steps[1].error
     assert "unknown tool 'no_such_tool'" in traj.steps[2].observations[0].content
@@ -90,11 +103,11 @@ def test_policy_failure_is_recorded_not_raised():
             raise ConnectionError("endpoint down")
 
     graph = create_agent_graph(Broken([AIMessage("x")]))
-    (traj,) = run_rollouts(graph, seed_tasks("train")[:1])
+    (traj,) = run_rollouts(graph, seed_tasks("train")[:1], env_factory=lambda task: Tracked())
     assert traj.finish_reason == "error"
     assert any("endpoint down" in e for e in traj.errors)
     assert traj.reward is not None  # the environment was still scored and released
-    assert not _LIVE
+    assert not Tracked.open
 
 
 def test_environment_failure_on_reset_is_recorded():
@@ -144,10 +157,17 @@ def test_group_ids_and_jsonl_round_trip(tmp_path):
     assert back == trajs
 
 
-def test_task_id_input_for_langgraph_dev():
-    task = unique_query_tasks("test")[0]
-    graph = create_agent_graph(ReferencePolicy([task]))
-    state = asyncio.run(graph.ainvoke({"task_id": task.id}))
-    assert state["reward"] == 1.0
-    with pytest.raises(Exception, match="Unknown task id"):
-        asyncio.run(graph.ainvoke({"task_id": "sandbox-test-99999"}))
+def test_parse_feedback_reaches_the_next_prompt():
+    seen = []
+
+    class Recording(ScriptedChatModel):
+        def _generate(self, messages, *a, **k):
+            seen.append([m.content for m in messages])
+            return super()._generate(messages, *a, **k)
+
+    task = seed_tasks("train")[0]
+    graph = create_agent_graph(Recording([AIMessage("<tool_call>{oops"), AIMessage("Done.")]))
+    (traj,) = run_rollouts(graph, [task])
+    assert len(traj.steps) == 2 and traj.steps[0].error == "unparseable tool call"
+    assert "could not be parsed" in seen[1][-1]
+    assert seen[0][0].startswith("Use the tools")  # the environment's system prompt opens the conversation

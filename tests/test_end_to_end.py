@@ -9,15 +9,8 @@ graph with ``langgraph dev`` and runs it over the LangGraph API.
 from __future__ import annotations
 
 import gc
-import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
-
-import httpx
-import pytest
 
 from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
@@ -140,43 +133,3 @@ def test_tiny_policy_makes_well_formed_calls(tiny_policy_url):
     assert attempts >= 20
     assert ok / attempts >= 0.9
     assert any(t.reward == 1.0 for t in trajs)
-
-
-@pytest.mark.slow
-def test_langgraph_dev_serves_the_agent(tiny_policy_url, tmp_path):
-    from trainers.serving import free_port
-
-    port = free_port()
-    env = {**os.environ, "EVOLVER_POLICY_BASE_URL": tiny_policy_url, "EVOLVER_POLICY_MODEL": "tiny-policy",
-           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false"}  # fmt: skip
-    cli = os.path.join(os.path.dirname(sys.executable), "langgraph")
-    log = (tmp_path / "dev.log").open("w")
-    proc = subprocess.Popen(
-        [cli, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "dev.log").read_text()[-3000:]
-            try:
-                if httpx.get(base + "/ok", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        task = seed_tasks("test")[0]
-        r = httpx.post(base + "/runs/wait", json={"assistant_id": "agent", "input": {"task_id": task.id}}, timeout=120)
-        assert r.status_code == 200, r.text
-        state = r.json()
-        assert state["task"]["id"] == task.id
-        assert isinstance(state["reward"], float)
-        assert state["steps"] and state["steps"][0]["transition"]["completion_ids"]
-        json.dumps(state)  # the state is plain JSON
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()

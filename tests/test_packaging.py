@@ -32,5 +32,6 @@ def test_langgraph_json_points_at_graph_modules():
     for graph_id, target in config["graphs"].items():
         path, _, attr = target.partition(":")
         assert (ROOT / path).exists(), target
-        assert Path(path).stem == graph_id  # graph ids match file stems
-        assert attr == "graph"
+        if Path(path).parts[1] == "graphs":  # ours; examples show a user's own graph served beside them
+            assert Path(path).stem == graph_id  # graph ids match file stems
+            assert attr == "graph"

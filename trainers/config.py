@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import GRPOConfig
 
@@ -128,6 +129,25 @@ class EvolverGRPOConfig(GRPOConfig):
             "dataset; 0 drops a level). Default: every task once."
         },  # fmt: skip
     )
+    # -- the agent (drop-in) ------------------------------------------------------------------
+    agent: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your agent, 'my_pkg.agent:build_agent': a build(model, tools) -> compiled graph factory, a "
+            "compiled create_agent graph with EvolverMiddleware, or an AgentSpec. Default: our reference agent "
+            "(graphs/agent.py)."
+        },
+    )
+    agent_input: str | None = field(
+        default=None,
+        metadata={"help": "'my_pkg:to_input': (task) or (task, observation) -> the graph's input. Default: "
+                  '{"messages": [("user", task.query)]} (our agent: the environment\'s opening messages).'},
+    )  # fmt: skip
+    reward_fn: str | None = field(
+        default=None,
+        metadata={"help": "'my_pkg:score': (task, final_state, trajectory) -> float in [0, 1], instead of the "
+                  "environment's evaluate()."},
+    )  # fmt: skip
     # -- rollouts ------------------------------------------------------------------------------
     rollout_concurrency: int = field(default=64, metadata={"help": "Agent graphs running at once during rollouts."})
     max_turns: int = field(default=10, metadata={"help": "LLM calls per rollout before it is stopped."})
@@ -209,6 +229,11 @@ class EvolverGRPOConfig(GRPOConfig):
     )
     remove_unused_columns: bool | None = field(default=False, metadata={"help": "Keep the task column."})
 
+    def agent_for_rollouts(self) -> Any:
+        """The ``AgentSpec`` rollouts run: ``agent`` (with ``agent_input``/``reward_fn``) or our reference agent."""
+        spec = getattr(self, "agent_spec", None)
+        return spec if spec is not None else _reference_agent(self)
+
     def __post_init__(self) -> None:
         import torch
 
@@ -249,9 +274,23 @@ class EvolverGRPOConfig(GRPOConfig):
         for name, issue in (("experience", "self-navigating"), ("synthetic_tasks", "self-questioning")):
             if getattr(self, name):
                 problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
+        if self.agent or self.agent_input or self.reward_fn:
+            from langgraph_evolver.dropin import as_agent
+
+            try:
+                self.agent_spec = as_agent(self.agent or _reference_agent(self), to_input=self.agent_input,
+                                           reward=self.reward_fn)  # fmt: skip
+            except ConfigError as e:
+                problems.append(str(e))
         try:
             self.attribution_settings = AttributionSettings.parse(self.attribution)
         except ConfigError as e:
             problems.append(str(e))
         if problems:
             raise ConfigError("Invalid training config:\n  - " + "\n  - ".join(problems))
+
+
+def _reference_agent(cfg: Any) -> Any:
+    from graphs.agent import reference_agent
+
+    return reference_agent(context_template=cfg.context_template, max_turns=cfg.max_turns)

@@ -113,23 +113,31 @@ async def evaluate_endpoint(
     env_url: str | None = None,
     callbacks: list | None = None,
     progress: bool = True,
+    agent: Any = None,
+    agent_input: Any = None,
+    reward: Any = None,
 ) -> list[Trajectory]:
-    """k rollouts of every task against the endpoint; returns the trajectories."""
-    from graphs.agent import create_agent_graph
+    """k rollouts of every task against the endpoint; returns the trajectories.
+
+    ``agent`` is any agent ``as_agent`` accepts (a ``build(model, tools)`` factory, a compiled graph
+    with ``EvolverMiddleware``, a dotted path); default: our reference agent.
+    """
+    from graphs.agent import reference_agent
     from langgraph_evolver.chat_model import PolicyChatModel
     from langgraph_evolver.rollout import arun_rollouts
 
     policy = PolicyChatModel(base_url=base_url, model=model, temperature=temperature, max_tokens=max_tokens,
                              timeout=300, max_retries=1)  # fmt: skip
-    graph = create_agent_graph(policy, max_turns=max_turns)
+    spec = agent if agent is not None else reference_agent(max_turns=max_turns)
     env_factory = None
     if env_url:
         from env_tools.client import remote_environment_factory
 
         env_factory = remote_environment_factory(env_url)
     try:
-        return await arun_rollouts(graph, tasks, n=k, concurrency=concurrency, env_factory=env_factory,
-                                   callbacks=callbacks, progress=progress)  # fmt: skip
+        return await arun_rollouts(spec, tasks, n=k, policy=policy, concurrency=concurrency, env_factory=env_factory,
+                                   callbacks=callbacks, progress=progress, max_turns=max_turns,
+                                   to_input=agent_input, reward=reward)  # fmt: skip
     finally:
         await policy.aclose()
 
@@ -138,7 +146,8 @@ async def evaluate_endpoint(
 _CONFIG_KEYS = {"model_name_or_path": "model_path", "policy_base_url": "base_url", "policy_model": "model",
                 "env_id": "env", "env_url": "env_url", "eval_split": "split", "eval_k": "k", "eval_limit": "limit",
                 "temperature": "temperature", "max_completion_length": "max_tokens", "max_turns": "max_turns",
-                "rollout_concurrency": "concurrency"}  # fmt: skip
+                "rollout_concurrency": "concurrency", "agent": "agent", "agent_input": "agent_input",
+                "reward_fn": "reward"}  # fmt: skip
 
 
 def config_defaults(path: str | Path) -> dict[str, Any]:
@@ -166,7 +175,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (…/v1); default: start the local server")
     p.add_argument("--model", help="model name at the endpoint (default: the served tiny policy)")
     p.add_argument("--model-path", default=str(DEFAULT_CHECKPOINT), help="model for the local server")
-    p.add_argument("--env", default="sandbox", help="environment registry id")
+    p.add_argument("--agent", help="your agent, 'my_pkg.agent:build_agent' (default: our reference agent)")
+    p.add_argument("--agent-input", help="'my_pkg:to_input', (task[, observation]) -> the graph's input")
+    p.add_argument("--reward", help="'my_pkg:score', (task, final_state, trajectory) -> float, instead of evaluate()")
+    p.add_argument("--env", default="sandbox", help="environment registry id or 'my_pkg.module:factory'")
     p.add_argument("--env-url", help="use the HTTP environment service at this URL instead of in-process")
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
@@ -218,6 +230,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     out = Path(args.output_dir)
     try:
+        agent = None
+        if args.agent or args.agent_input or args.reward:
+            from graphs.agent import reference_agent
+            from langgraph_evolver.dropin import as_agent
+
+            agent = as_agent(args.agent or reference_agent(max_turns=args.max_turns), to_input=args.agent_input,
+                             reward=args.reward)  # fmt: skip
         tasks = load_environment(args.env).list_tasks(args.split)[: args.limit]
         if not tasks:
             raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}.")
@@ -244,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             trajectories = asyncio.run(
                 evaluate_endpoint(tasks, base_url=base_url, model=model, k=args.k, temperature=args.temperature,
                                   max_tokens=args.max_tokens, max_turns=args.max_turns, concurrency=args.concurrency,
-                                  env_url=args.env_url, callbacks=[tracer, *langsmith_callbacks(project="evaluate")])
+                                  env_url=args.env_url, callbacks=[tracer, *langsmith_callbacks(project="evaluate")],
+                                  agent=agent)
             )  # fmt: skip
     finally:
         if server is not None:

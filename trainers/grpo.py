@@ -142,7 +142,8 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
     trajectories = asyncio.run(evaluate_endpoint(tasks, base_url=base_url, model=model, k=k,
                                                  temperature=cfg.temperature, max_tokens=cfg.max_completion_length,
                                                  max_turns=cfg.max_turns, concurrency=cfg.rollout_concurrency,
-                                                 env_url=env_url, progress=True))  # fmt: skip
+                                                 env_url=env_url, progress=True,
+                                                 agent=cfg.agent_for_rollouts()))  # fmt: skip
     summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip
     write_evaluation(out, trajectories, summary)

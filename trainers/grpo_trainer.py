@@ -184,20 +184,21 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["policy/sync_s"].append(getattr(self.policy, "last_sync_s", 0.0))
 
     def _run_rollouts(self, items: list[tuple[Task, str, int]]) -> list[Trajectory]:
-        from graphs.agent import create_agent_graph
         from langgraph_evolver.chat_model import PolicyChatModel
         from langgraph_evolver.rollout import arun_rollout_items
 
         model_name = self.policy.current if self.policy is not None else None
         chat = PolicyChatModel(base_url=self.policy_base_url, model=model_name, temperature=self.temperature,
                                max_tokens=self.max_completion_length, timeout=600, max_retries=1)  # fmt: skip
-        graph = create_agent_graph(chat, context_template=self.args.context_template, max_turns=self.args.max_turns)
 
         async def run() -> list[Trajectory]:
             try:
                 return await arun_rollout_items(
-                    graph,
+                    self.args.agent_for_rollouts(),
                     items,
+                    policy=chat,
+                    max_turns=self.args.max_turns,
+                    require_policy=True,
                     concurrency=self.args.rollout_concurrency,
                     env_factory=self.env_factory,
                     callbacks=self.rollout_callbacks,

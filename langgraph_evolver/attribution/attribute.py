@@ -103,7 +103,15 @@ def _as_trajectory(value: Trajectory | Mapping[str, Any]) -> Trajectory:
     if isinstance(value, Trajectory):
         return value
     if isinstance(value, Mapping):
-        return Trajectory.from_dict(dict(value))
+        missing = [k for k in ("id", "task") if k not in value]
+        if missing:
+            raise ConfigError(f"A trajectory needs {missing} (it has {sorted(value)}); pass one line of a run's "
+                              "trajectories.jsonl, or Trajectory.to_dict().")  # fmt: skip
+        try:
+            return Trajectory.from_dict(dict(value))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"Not a valid trajectory ({type(e).__name__}: {e}); pass one line of a run's "
+                              "trajectories.jsonl, or Trajectory.to_dict().") from e  # fmt: skip
     raise ConfigError(f"Expected a Trajectory or its dict, got {type(value).__name__}.")
 
 

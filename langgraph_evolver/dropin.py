@@ -1,0 +1,357 @@
+"""Drop-in: run *any* LangGraph agent on a task, against a fresh environment, and record it.
+
+The seams (DESIGN.md "Drop-in"):
+
+1. **The agent.** An ``AgentSpec``: a factory ``build(model, tools) -> compiled graph`` (most
+   agents have one, or it is one line around their code), or an already compiled graph that
+   routes its model with ``EvolverMiddleware`` (``create_agent``) or binds its own tools.
+2. **The environment** gives per-rollout tools (``environment_tools``: LangChain tools that
+   execute in this rollout's environment instance, so state is fresh per rollout) and the
+   reward (``evaluate()``), unless a ``reward(task, final_state, trajectory)`` is given.
+3. **The input.** ``to_input(task)`` or ``to_input(task, observation)`` builds the graph's
+   input; the default is ``{"messages": [("user", task.query)]}``.
+4. **The capture.** A ``TrajectoryRecorder`` (``capture.py``) in the run's callbacks.
+
+What one episode does (``arun_episode``): reset a fresh environment for the task, build the
+graph with the policy and the environment's tools, invoke it with the task's input (the live
+rollout is reachable from inside the run through ``current_rollout()``, which is how the
+middleware finds the policy and the tools), hand the graph's final AI text to the environment as
+the answer, score it, and assemble the trajectory. Nothing raises: every failure is recorded
+in the trajectory's ``errors`` with what to do about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib
+import inspect
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool, ToolException
+
+from .capture import TrajectoryRecorder, TurnLimitReached
+from .context import ContextTemplate
+from .errors import ConfigError
+from .tracing import trace_metadata
+from .types import Action, Observation, StepResult, Task, ToolCall, Trajectory
+
+__all__ = [
+    "AgentSpec",
+    "EnvironmentTool",
+    "Rollout",
+    "arun_episode",
+    "as_agent",
+    "current_rollout",
+    "default_input",
+    "environment_tools",
+    "load_object",
+]
+
+_CURRENT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("evolver_rollout", default=None)
+
+
+def current_rollout() -> Rollout | None:
+    """The rollout running in this context (inside ``arun_episode``), else ``None``."""
+    return _CURRENT.get()
+
+
+@dataclass(slots=True)
+class Rollout:
+    """The live state of one rollout, visible to the graph's code through ``current_rollout()``."""
+
+    task: Task
+    env: Any
+    observation: Observation
+    tools: list[BaseTool]
+    policy: BaseChatModel | None
+    recorder: TrajectoryRecorder
+    context_template: ContextTemplate | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def tool(self, name: str) -> BaseTool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+# -- the environment's tools ---------------------------------------------------------------------
+class EnvironmentTool(BaseTool):
+    """A LangChain tool that executes one call in a rollout's environment instance.
+
+    Error observations (unknown arguments, a failing tool, ...) come back as a ``ToolMessage``
+    with ``status="error"`` and the environment's text, so the agent sees exactly what the
+    environment says. Calls of one rollout run one at a time (they may depend on each other).
+    """
+
+    args_schema: dict[str, Any]  # type: ignore[assignment]
+    rollout: Any = None
+    handle_tool_error: bool = True
+
+    def _action(self, kwargs: dict[str, Any]) -> Action:
+        return Action(tool_calls=(ToolCall(name=self.name, arguments=kwargs, id="call"),))
+
+    @staticmethod
+    def _content(result: StepResult) -> str:
+        if not result.observations:
+            return ""
+        obs = result.observations[0]
+        if obs.is_error:
+            raise ToolException(obs.content)
+        return obs.content
+
+    def _run(self, run_manager: Any = None, **kwargs: Any) -> str:
+        return self._content(self.rollout.env.step(self._action(kwargs)))
+
+    async def _arun(self, run_manager: Any = None, **kwargs: Any) -> str:
+        async with self.rollout.lock:
+            result = await self.rollout.env.astep(self._action(kwargs))
+        return self._content(result)
+
+
+def environment_tools(rollout: Rollout, schemas: Sequence[dict[str, Any]]) -> list[BaseTool]:
+    """One ``EnvironmentTool`` per OpenAI function schema the environment offered on reset.
+
+    ``convert_to_openai_tool`` of each gives back the environment's schema unchanged, so a model
+    sees the same tool list whether it is bound to these tools or to the raw schemas.
+    """
+    tools: list[BaseTool] = []
+    for schema in schemas:
+        fn = schema.get("function", schema)
+        parameters = fn.get("parameters") or {"type": "object", "properties": {}}
+        tools.append(EnvironmentTool(name=fn["name"], description=fn.get("description") or "", rollout=rollout,
+                                     args_schema=parameters))  # fmt: skip
+    return tools
+
+
+# -- the agent -----------------------------------------------------------------------------------
+def default_input(task: Task) -> dict[str, Any]:
+    """``{"messages": [("user", task.query)]}``: the input of ``create_agent`` and most chat agents."""
+    return {"messages": [("user", task.query)]}
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSpec:
+    """How to run someone's agent on a task.
+
+    Args:
+        build: ``build(model, tools) -> compiled graph``: called per rollout with the policy
+            chat model and this rollout's environment tools.
+        graph: Or an already compiled graph (``create_agent(..., middleware=[EvolverMiddleware()])``,
+            or one built with the policy model and taking its tools from ``current_rollout()``).
+        to_input: ``(task)`` or ``(task, observation) -> graph input``.
+        reward: ``(task, final_state, trajectory) -> float`` instead of the environment's ``evaluate()``.
+        name: Shown in traces and reports.
+    """
+
+    build: Callable[[BaseChatModel, list[BaseTool]], Any] | None = None
+    graph: Any = None
+    to_input: Callable[..., dict[str, Any]] = default_input
+    reward: Callable[[Task, Any, Trajectory], float] | None = None
+    name: str = "agent"
+
+    def __post_init__(self) -> None:
+        if (self.build is None) == (self.graph is None):
+            raise ConfigError(
+                "AgentSpec takes exactly one of build=(model, tools) -> graph, or graph=<compiled graph>."
+            )
+
+    def graph_for(self, policy: BaseChatModel | None, tools: list[BaseTool]) -> Any:
+        if self.graph is not None:
+            return self.graph
+        assert self.build is not None
+        graph = self.build(policy, tools) if policy is not None else self.build(None, tools)  # type: ignore[arg-type]
+        if not hasattr(graph, "ainvoke"):
+            raise ConfigError(f"The agent factory {_name(self.build)} returned {type(graph).__name__}, not a "
+                              "compiled graph; return builder.compile() or create_agent(...).")  # fmt: skip
+        return graph
+
+    def input_for(self, task: Task, observation: Observation) -> Any:
+        return self.to_input(task, observation) if _arity(self.to_input) >= 2 else self.to_input(task)
+
+
+def _name(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def load_object(path: str, *, what: str = "object") -> Any:
+    """``"package.module:attribute"`` (or ``package.module.attribute``) → the object."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(f"{what} {path!r} must look like 'my_pkg.module:name'.")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"Cannot import {module_name!r} for {what} {path!r}: {e}. Is it on PYTHONPATH "
+                          "(run from the directory that holds it, or pip install -e it)?") from e  # fmt: skip
+    try:
+        obj = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        public = sorted(n for n in vars(module) if not n.startswith("_"))
+        raise ConfigError(f"{module_name!r} has no {attr!r} for {what}; it defines: {', '.join(public)}") from None
+    return obj
+
+
+def as_agent(
+    agent: Any,
+    *,
+    to_input: Callable[..., dict[str, Any]] | str | None = None,
+    reward: Callable[[Task, Any, Trajectory], float] | str | None = None,
+) -> AgentSpec:
+    """An ``AgentSpec`` from a spec, a compiled graph, a ``build(model, tools)`` factory or a dotted path."""
+    if isinstance(agent, str):
+        agent = load_object(agent, what="--agent")
+    if isinstance(to_input, str):
+        to_input = load_object(to_input, what="--agent_input")
+    if isinstance(reward, str):
+        reward = load_object(reward, what="--reward")
+    extra: dict[str, Any] = {}
+    if to_input is not None:
+        extra["to_input"] = to_input
+    if reward is not None:
+        extra["reward"] = reward
+    if isinstance(agent, AgentSpec):
+        return AgentSpec(**{**{f: getattr(agent, f) for f in AgentSpec.__dataclass_fields__}, **extra})
+    if hasattr(agent, "ainvoke") and hasattr(agent, "get_graph"):
+        return AgentSpec(graph=agent, name=getattr(agent, "name", None) or "agent", **extra)
+    if callable(agent):
+        return AgentSpec(build=agent, name=getattr(agent, "__name__", "agent"), **extra)
+    raise ConfigError(f"An agent is a compiled graph, a build(model, tools) factory or an AgentSpec; got "
+                      f"{type(agent).__name__}.")  # fmt: skip
+
+
+# -- one episode ---------------------------------------------------------------------------------
+def _finish_hint(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, KeyError | TypeError | ValueError) and "messages" in str(exc):
+        text += (' (the graph\'s input is built by to_input, default {"messages": [("user", task.query)]}; '
+                 "give to_input= / --agent_input for another input shape)")  # fmt: skip
+    return text
+
+
+async def arun_episode(
+    agent: AgentSpec,
+    task: Task,
+    *,
+    policy: BaseChatModel | None = None,
+    env_factory: Callable[[Task], Any] | None = None,
+    group_id: str = "",
+    rollout_index: int = 0,
+    trajectory_id: str = "",
+    callbacks: list | BaseCallbackManager | None = None,
+    max_turns: int | None = None,
+    context_template: ContextTemplate | None = None,
+    recursion_limit: int = 100,
+    require_policy: bool = False,
+    train_tool_llm_calls: bool = False,
+    capture: bool = True,
+) -> Trajectory:
+    """Run ``agent`` on ``task`` once, against a fresh environment; never raises (see module docstring).
+
+    ``capture=False`` runs without the recorder (the trajectory then has no steps): only for measuring
+    what the capture costs (``benchmarks/rollouts.py``).
+    """
+    from env_tools.base import load_environment  # env_tools depends on this package, not the reverse at import
+
+    trajectory_id = trajectory_id or f"{group_id or task.id}/{rollout_index}/{os.urandom(4).hex()}"
+    recorder = TrajectoryRecorder(max_turns=max_turns, train_tool_llm_calls=train_tool_llm_calls)
+    errors: list[str] = []
+    started = time.perf_counter()
+    state: Any = None
+    env = None
+    finish: Any = None
+    reward: float | None = None
+    try:
+        env = env_factory(task) if env_factory is not None else load_environment(task.env)
+        observation = await env.areset(task)
+    except Exception as e:
+        errors.append(f"environment reset failed: {type(e).__name__}: {e}")
+        traj = recorder.trajectory(task, trajectory_id=trajectory_id, group_id=group_id, rollout_index=rollout_index,
+                                   finish_reason="error", errors=errors)  # fmt: skip
+        if env is not None:
+            await _close(env)
+        return traj
+    rollout = Rollout(task=task, env=env, observation=observation, tools=[], policy=policy, recorder=recorder,
+                      context_template=context_template)  # fmt: skip
+    rollout.tools = environment_tools(rollout, observation.tools)
+    config: dict[str, Any] = {
+        "callbacks": _with_handler(callbacks, recorder) if capture else callbacks,
+        "metadata": trace_metadata(task.id, group_id, rollout_index, trajectory_id=trajectory_id),
+        "run_name": f"rollout {task.id} #{rollout_index}",
+        "recursion_limit": recursion_limit,
+    }
+    token = _CURRENT.set(rollout)
+    try:
+        graph = agent.graph_for(policy, rollout.tools)
+        state = await graph.ainvoke(agent.input_for(task, observation), config)
+    except TurnLimitReached:
+        finish = "max_turns"
+    except Exception as e:
+        if type(e).__name__ == "GraphRecursionError":
+            finish = "max_turns"
+        else:
+            errors.append(f"rollout crashed: {_finish_hint(e)}")
+    finally:
+        _CURRENT.reset(token)
+    try:
+        answer = recorder.final_text(state) if finish is None and not errors else None
+        if answer is not None:
+            await env.astep(Action(content=answer))
+        elif finish is None and not errors:
+            finish = "max_turns"  # the graph stopped without answering (its own turn limit)
+        if capture and not recorder.calls and not errors:
+            errors.append("the graph made no LLM call: check that its model is the one the factory receives and "
+                          "that to_input gives it a question")  # fmt: skip
+        if require_policy and recorder.calls and not recorder.policy_calls:
+            models = ", ".join(recorder.summary()["other_models"])
+            errors.append(f"none of the graph's {len(recorder.calls)} LLM calls went to the policy (they went to "
+                          f"{models}): build the graph with the model the factory receives, or add "
+                          "EvolverMiddleware() to create_agent(..., middleware=[...]) to route it")  # fmt: skip
+        draft = recorder.trajectory(task, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
+                                    rollout_index=rollout_index, finish_reason=finish, errors=errors)  # fmt: skip
+        if agent.reward is not None:
+            reward = float(agent.reward(task, state, draft))
+        else:
+            reward = float(await env.aevaluate())
+    except Exception as e:
+        errors.append(f"evaluation failed: {type(e).__name__}: {e}")
+    finally:
+        await _close(env)
+    latency = round(time.perf_counter() - started, 4)
+    return recorder.trajectory(task, reward=reward, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
+                               rollout_index=rollout_index, finish_reason=finish, errors=errors,
+                               metadata={"latency_s": latency, "agent": agent.name})  # fmt: skip
+
+
+def _with_handler(callbacks: Any, recorder: TrajectoryRecorder) -> Any:
+    """``callbacks`` (a list, or a node's callback manager: the episode nests in its trace) + the recorder."""
+    if isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+        manager.add_handler(recorder, inherit=True)
+        return manager
+    return [*(callbacks or []), recorder]
+
+
+async def _close(env: Any) -> None:
+    try:
+        await env.aclose()
+    except Exception:  # closing must not mask the rollout's own outcome
+        pass

@@ -1,0 +1,71 @@
+"""``EvolverMiddleware``: make a ``create_agent`` agent trainable with one added line.
+
+    agent = create_agent(model, tools, middleware=[EvolverMiddleware()])
+
+Outside a rollout it does nothing (production traffic is untouched). Inside one (the rollout
+runner, ``trainers.grpo --agent``, ``trainers.evaluate --agent``) it:
+
+- routes every model call to the policy being trained (``request.model`` → the rollout's
+  policy chat model; ``create_agent`` binds the agent's tools to it as usual), and applies the
+  rollout's context template to the messages;
+- routes every tool call to the rollout's own environment instance when it has a tool of that
+  name, so an agent whose tools close over module-level state still gets fresh, independent
+  state per rollout; other tools run as the agent defines them.
+
+The calls themselves are recorded by the rollout's ``TrajectoryRecorder`` (LangChain callbacks),
+not here, so the middleware adds nothing per call but two lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+
+from .dropin import current_rollout
+
+__all__ = ["EvolverMiddleware"]
+
+
+class EvolverMiddleware(AgentMiddleware):
+    """Route a ``create_agent`` agent's model and tools to the current rollout (see the module docstring).
+
+    Args:
+        route_tools: Send tool calls to the rollout's environment when it has a tool of that name.
+    """
+
+    def __init__(self, *, route_tools: bool = True) -> None:
+        super().__init__()
+        self.route_tools = route_tools
+
+    @staticmethod
+    def _model_request(request: Any) -> Any:
+        rollout = current_rollout()
+        if rollout is None:
+            return request
+        overrides: dict[str, Any] = {}
+        if rollout.policy is not None and request.model is not rollout.policy:
+            overrides["model"] = rollout.policy
+        if rollout.context_template is not None:
+            overrides["messages"] = rollout.context_template(request.messages)
+        return request.override(**overrides) if overrides else request
+
+    def _tool_request(self, request: Any) -> Any:
+        rollout = current_rollout()
+        if rollout is None or not self.route_tools:
+            return request
+        tool = rollout.tool(request.tool_call["name"])
+        return request.override(tool=tool) if tool is not None else request
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(self._model_request(request))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        return await handler(self._model_request(request))
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(self._tool_request(request))
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        return await handler(self._tool_request(request))
