@@ -139,7 +139,11 @@ async def _floor(tasks) -> tuple[float, int]:
     g.add_node("llm", llm)
     g.add_node("tools", tools)
     g.add_edge(START, "llm")
-    g.add_conditional_edges("llm", lambda s: "tools" if s["i"] < s["n"] else END, ["tools", END])
+
+    async def route(state):  # async like the nodes: a sync router would hop to a thread
+        return "tools" if state["i"] < state["n"] else END
+
+    g.add_conditional_edges("llm", route, ["tools", END])
     g.add_edge("tools", "llm")
     graph = g.compile()
     semaphore = asyncio.Semaphore(64)

@@ -85,7 +85,7 @@ async def _run_tools(tools: Sequence[BaseTool], ai: AIMessage, turn: int) -> lis
     calls = calls_of(ai, turn)
     rollout = current_rollout()
     by_name = {t.name: t for t in tools}
-    if rollout is not None and all(isinstance(t, EnvironmentTool) and t.rollout is rollout for t in tools):
+    if rollout is not None and all(isinstance(t, EnvironmentTool) and t.rollout in (None, rollout) for t in tools):
         try:  # one environment step for the whole turn: the environment judges every call, malformed included
             async with rollout.lock:
                 result = await rollout.env.astep(Action(tool_calls=tuple(calls), content=message_text(ai) or None))
@@ -149,7 +149,7 @@ def create_agent_graph(
         rollout = current_rollout()
         return rollout.tools if rollout is not None else []
 
-    def start(state: AgentState) -> dict[str, Any]:
+    async def start(state: AgentState) -> dict[str, Any]:  # async: sync nodes hop to a thread under ainvoke
         messages = state.get("messages") or []
         rollout = current_rollout()
         if rollout is None or any(isinstance(m, SystemMessage) for m in messages):
@@ -176,13 +176,13 @@ def create_agent_graph(
             return {"messages": await _run_tools(tools_now(), ai, state.get("turn", 0))}
         return {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)]}  # an unparseable <tool_call> block
 
-    def after_agent(state: AgentState) -> Literal["tools", "__end__"]:
+    async def after_agent(state: AgentState) -> Literal["tools", "__end__"]:
         ai = state["messages"][-1]
         if ai.tool_calls or ai.invalid_tool_calls or MALFORMED_MARKER in message_text(ai):
             return "tools"
         return END
 
-    def after_tools(state: AgentState) -> Literal["agent", "__end__"]:
+    async def after_tools(state: AgentState) -> Literal["agent", "__end__"]:
         return END if state.get("turn", 0) >= max_turns else "agent"
 
     builder = StateGraph(AgentState)

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import importlib
 import inspect
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -81,16 +83,25 @@ class Rollout:
 
 # -- the environment's tools ---------------------------------------------------------------------
 class EnvironmentTool(BaseTool):
-    """A LangChain tool that executes one call in a rollout's environment instance.
+    """A LangChain tool that executes one call in the environment of the rollout it runs in.
 
-    Error observations (unknown arguments, a failing tool, ...) come back as a ``ToolMessage``
-    with ``status="error"`` and the environment's text, so the agent sees exactly what the
-    environment says. Calls of one rollout run one at a time (they may depend on each other).
+    The environment is ``rollout``'s when set, else ``current_rollout()``'s at call time, so one set
+    of tools serves every rollout (they are cached per tool list). Error observations (unknown
+    arguments, a failing tool, ...) come back as a ``ToolMessage`` with ``status="error"`` and the
+    environment's text, so the agent sees exactly what the environment says. Calls of one rollout
+    run one at a time (they may depend on each other).
     """
 
     args_schema: dict[str, Any]  # type: ignore[assignment]
     rollout: Any = None
     handle_tool_error: bool = True
+
+    def _target(self) -> Rollout:
+        rollout = self.rollout or current_rollout()
+        if rollout is None:
+            raise ConfigError(f"Tool {self.name!r} acts on a rollout's environment, and none is running: call it "
+                              "inside arun_episode / run_rollouts, or give it rollout=.")  # fmt: skip
+        return rollout
 
     def _action(self, kwargs: dict[str, Any]) -> Action:
         return Action(tool_calls=(ToolCall(name=self.name, arguments=kwargs, id="call"),))
@@ -105,26 +116,39 @@ class EnvironmentTool(BaseTool):
         return obs.content
 
     def _run(self, run_manager: Any = None, **kwargs: Any) -> str:
-        return self._content(self.rollout.env.step(self._action(kwargs)))
+        return self._content(self._target().env.step(self._action(kwargs)))
 
     async def _arun(self, run_manager: Any = None, **kwargs: Any) -> str:
-        async with self.rollout.lock:
-            result = await self.rollout.env.astep(self._action(kwargs))
+        rollout = self._target()
+        async with rollout.lock:
+            result = await rollout.env.astep(self._action(kwargs))
         return self._content(result)
 
 
-def environment_tools(rollout: Rollout, schemas: Sequence[dict[str, Any]]) -> list[BaseTool]:
+_SHARED_TOOLS: dict[str, list[BaseTool]] = {}
+
+
+def environment_tools(rollout: Rollout | None, schemas: Sequence[dict[str, Any]]) -> list[BaseTool]:
     """One ``EnvironmentTool`` per OpenAI function schema the environment offered on reset.
 
+    ``rollout=None`` gives tools that act on whichever rollout calls them (shared and cached per
+    tool list: building pydantic tools per rollout would cost more than the rest of a step).
     ``convert_to_openai_tool`` of each gives back the environment's schema unchanged, so a model
     sees the same tool list whether it is bound to these tools or to the raw schemas.
     """
+    key = json.dumps(schemas, sort_keys=True, default=str) if rollout is None else ""
+    if key and key in _SHARED_TOOLS:
+        return _SHARED_TOOLS[key]
     tools: list[BaseTool] = []
     for schema in schemas:
         fn = schema.get("function", schema)
         parameters = fn.get("parameters") or {"type": "object", "properties": {}}
         tools.append(EnvironmentTool(name=fn["name"], description=fn.get("description") or "", rollout=rollout,
                                      args_schema=parameters))  # fmt: skip
+    if key:
+        if len(_SHARED_TOOLS) >= 1024:  # bounded: environments that vary their tools per task
+            _SHARED_TOOLS.pop(next(iter(_SHARED_TOOLS)))
+        _SHARED_TOOLS[key] = tools
     return tools
 
 
@@ -134,6 +158,7 @@ def default_input(task: Task) -> dict[str, Any]:
     return {"messages": [("user", task.query)]}
 
 
+@functools.lru_cache(maxsize=256)
 def _arity(fn: Callable[..., Any]) -> int:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -291,7 +316,7 @@ async def arun_episode(
         return traj
     rollout = Rollout(task=task, env=env, observation=observation, tools=[], policy=policy, recorder=recorder,
                       context_template=context_template)  # fmt: skip
-    rollout.tools = environment_tools(rollout, observation.tools)
+    rollout.tools = environment_tools(None, observation.tools)
     config: dict[str, Any] = {
         "callbacks": _with_handler(callbacks, recorder) if capture else callbacks,
         "metadata": trace_metadata(task.id, group_id, rollout_index, trajectory_id=trajectory_id),
@@ -325,9 +350,9 @@ async def arun_episode(
             errors.append(f"none of the graph's {len(recorder.calls)} LLM calls went to the policy (they went to "
                           f"{models}): build the graph with the model the factory receives, or add "
                           "EvolverMiddleware() to create_agent(..., middleware=[...]) to route it")  # fmt: skip
-        draft = recorder.trajectory(task, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
-                                    rollout_index=rollout_index, finish_reason=finish, errors=errors)  # fmt: skip
         if agent.reward is not None:
+            draft = recorder.trajectory(task, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
+                                        rollout_index=rollout_index, finish_reason=finish, errors=errors)  # fmt: skip
             reward = float(agent.reward(task, state, draft))
         else:
             reward = float(await env.aevaluate())

@@ -46,28 +46,31 @@ async def arun_rollout_items(
     Returns the trajectories in item order. ``progress`` shows a bar (a string names it).
     """
     spec = as_agent(agent, to_input=to_input, reward=reward)
-    semaphore = asyncio.Semaphore(concurrency)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(items), desc=progress if isinstance(progress, str) else "rollouts", unit="run",
                    leave=False)  # fmt: skip
+    results: list[Trajectory | None] = [None] * len(items)
+    pending = iter(enumerate(items))
 
-    async def run(task: Task, group_id: str, index: int) -> Trajectory:
-        async with semaphore:
-            traj = await arun_episode(spec, task, policy=policy, env_factory=env_factory, group_id=group_id,
-                                      rollout_index=index, callbacks=callbacks, recursion_limit=recursion_limit,
-                                      **episode)  # fmt: skip
-        if bar is not None:
-            bar.update(1)
-        return traj
+    async def worker() -> None:
+        # ``concurrency`` workers pulling from one iterator, rather than one task per item behind a
+        # semaphore: Python 3.11's Semaphore.locked() walks every waiter, quadratic in the items.
+        for i, (task, group_id, index) in pending:
+            results[i] = await arun_episode(spec, task, policy=policy, env_factory=env_factory, group_id=group_id,
+                                            rollout_index=index, callbacks=callbacks,
+                                            recursion_limit=recursion_limit, **episode)  # fmt: skip
+            if bar is not None:
+                bar.update(1)
 
     try:
-        return list(await asyncio.gather(*(run(t, g, i) for t, g, i in items)))
+        await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(items))))))
     finally:
         if bar is not None:
             bar.close()
+    return [t for t in results if t is not None]
 
 
 async def arun_rollouts(

@@ -28,6 +28,9 @@ QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
         (["--attribution", '{"alfa": 0.1}'], "attribution has unknown keys ['alfa']"),
         (["--attribution", '{"alpha": 1.5}'], "attribution.alpha=1.5 must be in [0, 1]"),
         (["--attribution", '{"judge": "no_such_provider:some-model"}'], "no_such_provider:some-model"),
+        (["--agent", "no_such_pkg.agent:build"], "Cannot import 'no_such_pkg.agent' for --agent"),
+        (["--agent", "examples.dropin.agent:nope"], "'examples.dropin.agent' has no 'nope' for --agent"),
+        (["--agent_input", "noattr"], "must look like 'my_pkg.module:name'"),
     ],
 )
 def test_bad_config_fails_with_the_intended_message(flags, message, tmp_path, capsys, monkeypatch):

@@ -143,3 +143,19 @@ def test_tool_schemas_are_valid_openai_functions():
         assert tool["type"] == "function" and fn["description"]
         assert fn["parameters"]["type"] == "object"
         assert set(fn["parameters"]["required"]) == set(fn["parameters"]["properties"])
+
+
+def test_world_records_hold_only_scalars_so_clone_is_a_deep_copy():
+    from env_tools.sandbox.world import COLLECTIONS, World
+
+    for seed in range(50):
+        world = World.generate(seed)
+        twin = world.clone()
+        assert twin == world
+        for name in COLLECTIONS:
+            for rid, record in getattr(world, name).items():
+                assert all(isinstance(v, str | int | float | bool | None) for v in record.values()), (name, record)
+                assert getattr(twin, name)[rid] is not record
+        twin.contacts[next(iter(twin.contacts))]["name"] = "changed"
+        twin.viewed.add("x")
+        assert twin != world

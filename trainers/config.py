@@ -230,9 +230,20 @@ class EvolverGRPOConfig(GRPOConfig):
     remove_unused_columns: bool | None = field(default=False, metadata={"help": "Keep the task column."})
 
     def agent_for_rollouts(self) -> Any:
-        """The ``AgentSpec`` rollouts run: ``agent`` (with ``agent_input``/``reward_fn``) or our reference agent."""
-        spec = getattr(self, "agent_spec", None)
-        return spec if spec is not None else _reference_agent(self)
+        """The ``AgentSpec`` rollouts run: ``agent`` (with ``agent_input``/``reward_fn``) or our reference agent.
+
+        Resolved from the dotted paths on each call (cached per process), never stored on the config:
+        the config is pickled into every checkpoint and a compiled graph does not pickle.
+        """
+        if not (self.agent or self.agent_input or self.reward_fn):
+            return _reference_agent(self)
+        key = (self.agent, self.agent_input, self.reward_fn, self.context_template, self.max_turns)
+        if key not in _AGENTS:
+            from langgraph_evolver.dropin import as_agent
+
+            _AGENTS[key] = as_agent(self.agent or _reference_agent(self), to_input=self.agent_input,
+                                    reward=self.reward_fn)  # fmt: skip
+        return _AGENTS[key]
 
     def __post_init__(self) -> None:
         import torch
@@ -274,20 +285,19 @@ class EvolverGRPOConfig(GRPOConfig):
         for name, issue in (("experience", "self-navigating"), ("synthetic_tasks", "self-questioning")):
             if getattr(self, name):
                 problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
-        if self.agent or self.agent_input or self.reward_fn:
-            from langgraph_evolver.dropin import as_agent
-
-            try:
-                self.agent_spec = as_agent(self.agent or _reference_agent(self), to_input=self.agent_input,
-                                           reward=self.reward_fn)  # fmt: skip
-            except ConfigError as e:
-                problems.append(str(e))
+        try:
+            self.agent_for_rollouts()  # imports the user's agent now, so a bad path fails before any work
+        except ConfigError as e:
+            problems.append(str(e))
         try:
             self.attribution_settings = AttributionSettings.parse(self.attribution)
         except ConfigError as e:
             problems.append(str(e))
         if problems:
             raise ConfigError("Invalid training config:\n  - " + "\n  - ".join(problems))
+
+
+_AGENTS: dict[tuple, Any] = {}
 
 
 def _reference_agent(cfg: Any) -> Any:

@@ -9,7 +9,6 @@ model can copy them out of tool observations.
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,7 +138,11 @@ class World:
         return f"{prefix}{self.next_id}"
 
     def clone(self) -> World:
-        return copy.deepcopy(self)
+        """An independent copy. Records hold only scalars (``test_sandbox`` checks), so copying each
+        record dict is a full copy, about 10x faster than ``copy.deepcopy`` (a reset clones twice)."""
+        records = {name: {rid: dict(r) for rid, r in getattr(self, name).items()} for name in COLLECTIONS}
+        return World(owner=dict(self.owner), balance=self.balance, viewed=set(self.viewed), answer=self.answer,
+                     next_id=self.next_id, **records)  # fmt: skip
 
     # -- queries used by the task generators --------------------------------------------------
     def contact_by_name(self, name: str) -> dict[str, Any] | None:
