@@ -5,8 +5,8 @@ results in between. This subclass keeps TRL's loss, optimizer, DeepSpeed/acceler
 checkpointing and logging, and replaces where the batch comes from:
 
 1. Each dataset row is a task; TRL's sampler repeats it ``num_generations`` times. Every row
-   becomes one run of the agent graph (``graphs/agent.py``) against a fresh environment, at the
-   policy endpoint, concurrently.
+   becomes one run of the agent (the config's ``agent``: any LangGraph agent, default our
+   ``graphs/agent.py``) against a fresh environment, at the policy endpoint, concurrently.
 2. Rewards: the environment's outcome score minus ``malformed_call_penalty`` per malformed call.
    GRPO advantages over the rollouts of one task (gathered across ranks). A rollout that failed
    for reasons outside the policy (endpoint or environment down) is recorded and left out.
@@ -221,6 +221,12 @@ class EvolverGRPOTrainer(GRPOTrainer):
         started = time.perf_counter()
         trajectories = self._run_rollouts(items)
         rollout_s = time.perf_counter() - started
+        untrainable = [t for t in trajectories if (t.metadata.get("capture") or {}).get("policy_calls") == 0]
+        if trajectories and len(untrainable) == len(trajectories) and any(t.steps for t in untrainable):
+            from langgraph_evolver.errors import ConfigError
+
+            raise ConfigError(f"No rollout of step {step} made a call through the policy, so nothing can be "
+                              f"trained. {untrainable[0].errors[0] if untrainable[0].errors else ''}")  # fmt: skip
         trajectories = self._attribute(trajectories)
         self.last_trajectories = trajectories
 
