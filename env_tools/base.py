@@ -128,3 +128,12 @@ def load_environment(name: str, **kwargs: Any) -> Environment:
     if not isinstance(env, Environment):
         raise ConfigError(f"{name!r} produced {type(env).__name__}, which is not an Environment.")
     return env
+
+
+def _register_with_the_rollout_runner() -> None:
+    from langgraph_evolver.dropin import set_environment_loader
+
+    set_environment_loader(load_environment)
+
+
+_register_with_the_rollout_runner()

@@ -44,6 +44,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
+from env_tools.base import list_environments, load_environment
 from langgraph_evolver.capture import MALFORMED_MARKER, calls_of, message_text
 from langgraph_evolver.chat_model import PolicyChatModel
 from langgraph_evolver.context import ContextTemplate, get_context_template
@@ -52,7 +53,7 @@ from langgraph_evolver.episode import create_episode_graph
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
-__all__ = ["AgentState", "create_agent_graph", "environment_input", "graph", "reference_agent"]
+__all__ = ["AgentState", "create_agent_graph", "environment_input", "find_task", "graph", "reference_agent"]
 
 DEFAULT_MAX_TURNS = 10
 PARSE_ERROR_FEEDBACK = (
@@ -204,6 +205,28 @@ def reference_agent(
     return AgentSpec(build=build, to_input=environment_input, name="agent")
 
 
+def find_task(task_id: str, env: str | None = None) -> Task:
+    """The task ``task_id`` of environment ``env`` (any registered environment when ``None``)."""
+    names = [env] if env else list_environments()
+    for name in names:
+        instance = load_environment(name)
+        try:
+            for split in ("train", "test"):
+                try:
+                    tasks = instance.list_tasks(split)
+                except Exception:  # an environment without this split
+                    continue
+                for task in tasks:
+                    if task.id == task_id:
+                        return task
+        finally:
+            instance.close()
+    where = f"environment {env!r}" if env else f"the registered environments ({', '.join(names)})"
+    raise ConfigError(f"No task {task_id!r} in {where}. Pass the whole task as {{'task': {{'id', 'query', 'env'}}}}, "
+                      "or name its environment with {'env': ...} (a custom one must be registered: list its module "
+                      "in EVOLVER_ENV_MODULES).")  # fmt: skip
+
+
 def _served_graph():  # what `langgraph dev` serves as `agent`
     for module in filter(None, (m.strip() for m in os.environ.get("EVOLVER_ENV_MODULES", "").split(","))):
         importlib.import_module(module)
@@ -215,7 +238,8 @@ def _served_graph():  # what `langgraph dev` serves as `agent`
     )
     user_agent = os.environ.get("EVOLVER_AGENT")
     agent = as_agent(user_agent, to_input=os.environ.get("EVOLVER_AGENT_INPUT")) if user_agent else reference_agent()
-    return create_episode_graph(agent, policy, max_turns=int(os.environ.get("EVOLVER_MAX_TURNS", "10")))
+    max_turns = int(os.environ.get("EVOLVER_MAX_TURNS", "10"))
+    return create_episode_graph(agent, policy, find_task=find_task, max_turns=max_turns)
 
 
 graph = _served_graph()

@@ -54,6 +54,7 @@ __all__ = [
     "default_input",
     "environment_tools",
     "load_object",
+    "set_environment_loader",
 ]
 
 _CURRENT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("evolver_rollout", default=None)
@@ -264,6 +265,26 @@ def as_agent(
 
 
 # -- one episode ---------------------------------------------------------------------------------
+_ENVIRONMENT_LOADER: Callable[[str], Any] | None = None
+
+
+def set_environment_loader(loader: Callable[[str], Any]) -> None:
+    """Where ``arun_episode`` gets an environment when no ``env_factory`` is given: ``loader(task.env)``.
+
+    ``env_tools`` registers its registry (``load_environment``) here when imported; the library
+    itself never imports ``env_tools`` (it depends on this package, not the reverse).
+    """
+    global _ENVIRONMENT_LOADER
+    _ENVIRONMENT_LOADER = loader
+
+
+def _load_environment(task: Task) -> Any:
+    if _ENVIRONMENT_LOADER is None:
+        raise ConfigError(f"No environment for task {task.id!r} (env {task.env!r}): pass env_factory=, or import "
+                          "env_tools so its registry loads environments by name.")  # fmt: skip
+    return _ENVIRONMENT_LOADER(task.env)
+
+
 def _finish_hint(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, KeyError | TypeError | ValueError) and "messages" in str(exc):
@@ -294,8 +315,6 @@ async def arun_episode(
     ``capture=False`` runs without the recorder (the trajectory then has no steps): only for measuring
     what the capture costs (``benchmarks/rollouts.py``).
     """
-    from env_tools.base import load_environment  # env_tools depends on this package, not the reverse at import
-
     trajectory_id = trajectory_id or f"{group_id or task.id}/{rollout_index}/{os.urandom(4).hex()}"
     recorder = TrajectoryRecorder(max_turns=max_turns, train_tool_llm_calls=train_tool_llm_calls)
     errors: list[str] = []
@@ -305,7 +324,7 @@ async def arun_episode(
     finish: Any = None
     reward: float | None = None
     try:
-        env = env_factory(task) if env_factory is not None else load_environment(task.env)
+        env = env_factory(task) if env_factory is not None else _load_environment(task)
         observation = await env.areset(task)
     except Exception as e:
         errors.append(f"environment reset failed: {type(e).__name__}: {e}")

@@ -9,6 +9,7 @@ errors), plus ``reward``, ``finish_reason`` and ``errors`` at the top level. Bad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -18,7 +19,7 @@ from .dropin import AgentSpec, arun_episode
 from .errors import ConfigError
 from .types import Task
 
-__all__ = ["EpisodeState", "create_episode_graph", "find_task"]
+__all__ = ["EpisodeState", "create_episode_graph"]
 
 
 class EpisodeState(TypedDict, total=False):
@@ -32,31 +33,7 @@ class EpisodeState(TypedDict, total=False):
     errors: list[str]
 
 
-def find_task(task_id: str, env: str | None = None) -> Task:
-    """The task ``task_id`` of environment ``env`` (any registered environment when ``None``)."""
-    from env_tools.base import list_environments, load_environment
-
-    names = [env] if env else list_environments()
-    for name in names:
-        instance = load_environment(name)
-        try:
-            for split in ("train", "test"):
-                try:
-                    tasks = instance.list_tasks(split)
-                except Exception:  # an environment without this split
-                    continue
-                for task in tasks:
-                    if task.id == task_id:
-                        return task
-        finally:
-            instance.close()
-    where = f"environment {env!r}" if env else f"the registered environments ({', '.join(names)})"
-    raise ConfigError(f"No task {task_id!r} in {where}. Pass the whole task as {{'task': {{'id', 'query', 'env'}}}}, "
-                      "or name its environment with {'env': ...} (a custom one must be registered: list its module "
-                      "in EVOLVER_ENV_MODULES).")  # fmt: skip
-
-
-def _task_of(state: EpisodeState) -> Task:
+def _task_of(state: EpisodeState, find_task: Callable[[str, str | None], Task]) -> Task:
     if state.get("task"):
         data = state["task"]
         if not isinstance(data, dict) or not data.get("id") or not data.get("query"):
@@ -71,11 +48,22 @@ def _task_of(state: EpisodeState) -> Task:
     raise ConfigError('The agent graph takes {"task_id": "...", "env": "..."} or {"task": {"id", "query", "env"}}.')
 
 
-def create_episode_graph(agent: AgentSpec, policy: Any, *, max_turns: int = 10, name: str = "agent"):
-    """A one-node graph running ``agent`` on the input task with ``policy``."""
+def create_episode_graph(
+    agent: AgentSpec,
+    policy: Any,
+    *,
+    find_task: Callable[[str, str | None], Task],
+    max_turns: int = 10,
+    name: str = "agent",
+):
+    """A one-node graph running ``agent`` on the input task with ``policy``.
+
+    ``find_task(task_id, env)`` looks a ``task_id`` input up (``env``: the environment it names, or
+    ``None``); it raises ``ConfigError`` saying what to send when there is no such task.
+    """
 
     async def run(state: EpisodeState, config: RunnableConfig) -> dict[str, Any]:
-        task = _task_of(state)
+        task = _task_of(state, find_task)
         traj = await arun_episode(agent, task, policy=policy, max_turns=max_turns, callbacks=config.get("callbacks"))
         data = traj.to_dict()
         return {"task": task.to_dict(), "trajectory": data, "reward": traj.reward,
