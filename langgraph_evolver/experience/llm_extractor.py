@@ -1,0 +1,396 @@
+"""``LLMExtractor``: any LangChain chat model distils experiences from the rollouts of one task.
+
+Two calls per task, with the prompts of ``prompts.py``: extraction (the task, its successful and
+failed rollouts, a success-vs-failure comparison when both exist; answer: a JSON list of
+``{"when_to_use", "content"}``), then validation (each candidate scored 0-10 for being specific,
+actionable and consistent with the rollouts; the score divided by 10 becomes
+``Experience.score``). Answers are parsed leniently (fenced or bare JSON, ``<think>`` blocks
+dropped); an unreadable answer is followed by a message saying so, and exceptions and timeouts
+are retried too, each retry after ``backoff_s * 2**k`` seconds (capped at ``max_backoff_s``).
+When ``max_retries`` retries do not give a readable answer, the task is a counted fallback
+(``TaskExtraction.error`` set, ``stats.fallbacks`` counts it): it yields no experiences, and
+nothing raises. A failed validation is a fallback too: unvalidated candidates are not stored.
+
+Model calls are bounded by ``concurrency`` per extractor (across all tasks on one event loop).
+Tokens come from each reply's ``usage_metadata`` (or ``response_metadata["token_usage"]``);
+``price_per_1k_input``/``price_per_1k_output`` turn them into ``cost_usd``.
+
+Example:
+    >>> from langchain_core.messages import AIMessage
+    >>> from langgraph_evolver.testing import ScriptedChatModel
+    >>> from langgraph_evolver.types import Action, Step, Task, Trajectory
+    >>> model = ScriptedChatModel([AIMessage('[{"when_to_use": "a greeting", "content": "Reply hi."}]'),
+    ...                            AIMessage('[{"index": 1, "score": 8}]')])
+    >>> t = Trajectory(id="r", task=Task(id="a", query="Say hi"), reward=1.0,
+    ...                steps=(Step(index=0, action=Action(content="hi")),))
+    >>> [(e.content, e.score) for e in LLMExtractor(model).extract_task([t]).experiences]
+    [('Reply hi.', 0.8)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langgraph_evolver.attribution.judges import _check_template, _model_id, _text, _usage, run_sync
+from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.types import Trajectory
+
+from .extractor import ExtractorStats, TaskExtraction, experience_id
+from .prompts import (
+    DEFAULT_COMPARISON_INSTRUCTIONS,
+    DEFAULT_EXTRACTION_PROMPT,
+    DEFAULT_EXTRACTION_RETRY_PROMPT,
+    DEFAULT_FAILURE_ONLY_INSTRUCTIONS,
+    DEFAULT_SUCCESS_ONLY_INSTRUCTIONS,
+    DEFAULT_VALIDATION_PROMPT,
+    DEFAULT_VALIDATION_RETRY_PROMPT,
+    EXTRACTION_PROMPT_FIELDS,
+    EXTRACTION_RETRY_PROMPT_FIELDS,
+    VALIDATION_PROMPT_FIELDS,
+    VALIDATION_RETRY_PROMPT_FIELDS,
+    render_candidates,
+    render_trajectories,
+)
+from .types import Experience
+
+__all__ = ["LLMExtractor", "parse_experiences", "parse_scores"]
+
+T = TypeVar("T")
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
+_SCORE_LINE = re.compile(r"^\W*(?:candidate|experience)?\s*#?(\d+)[*_`\s]*[:.)\-–]\s*\**(\d+(?:\.\d+)?)", re.I)
+_WHEN_KEYS = ("when_to_use", "when", "situation", "condition")
+_CONTENT_KEYS = ("content", "experience", "advice", "lesson")
+
+
+def _json_values(text: str) -> list[Any]:
+    """Every JSON value found in ``text``: fenced blocks first, then the outermost ``[...]`` and ``{...}``."""
+    text = _THINK.sub("", text or "")
+    candidates = [m.group(1) for m in _FENCED.finditer(text)]
+    for opener, closer in (("[", "]"), ("{", "}")):
+        start, end = text.find(opener), text.rfind(closer)
+        if 0 <= start < end:
+            candidates.append(text[start : end + 1])
+    values = []
+    for candidate in candidates:
+        try:
+            values.append(json.loads(candidate))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return values
+
+
+def _first(item: dict[str, Any], keys: tuple[str, ...]) -> str:
+    value = next((item[k] for k in keys if k in item), "")
+    return value.strip() if isinstance(value, str) else ""
+
+
+def parse_experiences(text: str) -> list[tuple[str, str]] | None:
+    """``(when_to_use, content)`` pairs from an extraction answer; ``None`` when it is unreadable.
+
+    A JSON list (or ``{"experiences": [...]}``, or one object) is read; ``[]`` is a readable
+    answer with no experiences. Items without both fields are skipped.
+
+    Example:
+        >>> parse_experiences('Sure: ```json\\n[{"when_to_use": "w", "content": "c"}]\\n```')
+        [('w', 'c')]
+    """
+    for value in _json_values(text):
+        if isinstance(value, dict):
+            nested = next((value[k] for k in ("experiences", "items", "lessons") if k in value), None)
+            value = nested if isinstance(nested, list) else [value]
+        if not isinstance(value, list):
+            continue
+        pairs = [(_first(x, _WHEN_KEYS), _first(x, _CONTENT_KEYS)) for x in value if isinstance(x, dict)]
+        pairs = list(dict.fromkeys((w, c) for w, c in pairs if w and c))
+        if pairs or not value:
+            return pairs
+    return None
+
+
+def parse_scores(text: str, num_candidates: int) -> dict[int, tuple[float, str]]:
+    """``{candidate number (from 1): (score 0-10, reason)}`` from a validation answer; others absent.
+
+    Example:
+        >>> parse_scores('[{"index": 1, "score": 9, "reason": "specific"}, {"index": 2, "score": 2}]', 2)
+        {1: (9.0, 'specific'), 2: (2.0, '')}
+    """
+    out: dict[int, tuple[float, str]] = {}
+    for value in _json_values(text):
+        if isinstance(value, dict):
+            value = next((value[k] for k in ("scores", "candidates", "results") if isinstance(value.get(k), list)),
+                         [{"index": k, "score": v} for k, v in value.items()])  # fmt: skip
+        if not isinstance(value, list):
+            continue
+        for i, item in enumerate(value, 1):
+            if isinstance(item, int | float) and not isinstance(item, bool):
+                item = {"index": i, "score": item}
+            if not isinstance(item, dict):
+                continue
+            number = next((item[k] for k in ("index", "candidate", "id", "number") if k in item), i)
+            score = next((item[k] for k in ("score", "rating") if k in item), None)
+            try:
+                n, s = int(re.sub(r"\D", "", str(number))), float(score)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            out[n] = (min(max(s, 0.0), 10.0), str(item.get("reason") or ""))
+        if out:
+            break
+    if not out:
+        for line in _THINK.sub("", text or "").splitlines():
+            if match := _SCORE_LINE.match(line):
+                out[int(match.group(1))] = (min(max(float(match.group(2)), 0.0), 10.0), "")
+    return {n: v for n, v in sorted(out.items()) if 1 <= n <= num_candidates}
+
+
+class LLMExtractor:
+    """Distils experiences from one task's rollouts with a chat model, then validates them (two calls, plus retries).
+
+    Args:
+        model: Any LangChain chat model, or a model string for ``init_chat_model``
+            (``"openai:gpt-4.1-mini"``; endpoint settings in ``model_kwargs``).
+        max_retries: Extra attempts after the first when an answer is unreadable or the call
+            fails; then the task is a counted fallback with no experiences.
+        concurrency: Most model calls in flight at once for this extractor.
+        validate: Score every candidate with a second call (``min_score`` then drops the weak
+            ones); ``False`` keeps them unscored (``score=1.0``, ``metadata["validated"]=False``).
+        max_rollouts: Most successful and most failed rollouts shown per task (each).
+        success_threshold: A reward at or above it marks a successful rollout.
+        backoff_s: Wait before the first retry; doubled for each further retry.
+        max_backoff_s: Cap on one wait.
+        timeout_s: Per-call timeout in seconds (``None``: none).
+        max_observation_chars: Each step's action and observation are trimmed to this length.
+        price_per_1k_input: Dollars per 1,000 input tokens, for ``cost_usd``.
+        price_per_1k_output: Dollars per 1,000 output tokens.
+        prompt, validation_prompt, retry_prompt, validation_retry_prompt: The templates (see ``prompts.py``).
+        comparison_instructions, success_only_instructions, failure_only_instructions: ``{comparison}``.
+        model_kwargs: Keyword arguments for ``init_chat_model`` when ``model`` is a string.
+        name: Overrides the extractor's name (default ``"llm:<model>"``).
+    """
+
+    def __init__(
+        self,
+        model: str | BaseChatModel,
+        *,
+        max_retries: int = 2,
+        concurrency: int = 8,
+        validate: bool = True,
+        max_rollouts: int = 2,
+        success_threshold: float = 1.0,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        timeout_s: float | None = 120.0,
+        max_observation_chars: int = 300,
+        price_per_1k_input: float = 0.0,
+        price_per_1k_output: float = 0.0,
+        prompt: str = DEFAULT_EXTRACTION_PROMPT,
+        validation_prompt: str = DEFAULT_VALIDATION_PROMPT,
+        retry_prompt: str = DEFAULT_EXTRACTION_RETRY_PROMPT,
+        validation_retry_prompt: str = DEFAULT_VALIDATION_RETRY_PROMPT,
+        comparison_instructions: str = DEFAULT_COMPARISON_INSTRUCTIONS,
+        success_only_instructions: str = DEFAULT_SUCCESS_ONLY_INSTRUCTIONS,
+        failure_only_instructions: str = DEFAULT_FAILURE_ONLY_INSTRUCTIONS,
+        model_kwargs: dict[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(model, str):
+            model = _init_model(model, model_kwargs or {})
+        if not hasattr(model, "ainvoke"):
+            got = type(model).__name__
+            raise ConfigError(f"LLMExtractor needs a LangChain chat model or a model string, got a {got}.")
+        for option, value, low in (("max_retries", max_retries, 0), ("concurrency", concurrency, 1),
+                                   ("max_rollouts", max_rollouts, 1)):  # fmt: skip
+            if value < low:
+                raise ConfigError(f"{option} must be >= {low}, got {value}.")
+        if backoff_s < 0 or max_backoff_s < 0 or price_per_1k_input < 0 or price_per_1k_output < 0:
+            raise ConfigError("backoff_s, max_backoff_s and token prices must be >= 0.")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0 or None, got {timeout_s}.")
+        _check_template("prompt", prompt, EXTRACTION_PROMPT_FIELDS)
+        _check_template("validation_prompt", validation_prompt, VALIDATION_PROMPT_FIELDS)
+        _check_template("retry_prompt", retry_prompt, EXTRACTION_RETRY_PROMPT_FIELDS)
+        _check_template("validation_retry_prompt", validation_retry_prompt, VALIDATION_RETRY_PROMPT_FIELDS)
+        self.model = model
+        self.max_retries, self.concurrency, self.validate = max_retries, concurrency, validate
+        self.max_rollouts, self.success_threshold = max_rollouts, success_threshold
+        self.backoff_s, self.max_backoff_s, self.timeout_s = backoff_s, max_backoff_s, timeout_s
+        self.max_observation_chars = max_observation_chars
+        self.price_per_1k_input, self.price_per_1k_output = price_per_1k_input, price_per_1k_output
+        self.prompt, self.validation_prompt = prompt, validation_prompt
+        self.retry_prompt, self.validation_retry_prompt = retry_prompt, validation_retry_prompt
+        self.comparison_instructions = comparison_instructions
+        self.success_only_instructions = success_only_instructions
+        self.failure_only_instructions = failure_only_instructions
+        self.name = name or f"llm:{_model_id(model)}"
+        self.stats = ExtractorStats()
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return f"LLMExtractor(name={self.name!r}, concurrency={self.concurrency}, validate={self.validate})"
+
+    # -- prompts -----------------------------------------------------------------------------
+    def shown_rollouts(self, trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], list[Trajectory]]:
+        """The successful and failed rollouts the prompt shows (the first ``max_rollouts`` of each)."""
+        won = [t.reward is not None and t.reward >= self.success_threshold for t in trajectories]
+        wins = [t for t, w in zip(trajectories, won, strict=True) if w]
+        losses = [t for t, w in zip(trajectories, won, strict=True) if not w]
+        return wins[: self.max_rollouts], losses[: self.max_rollouts]
+
+    def render_prompt(self, trajectories: Sequence[Trajectory], *, max_experiences: int = 3) -> str:
+        """The extraction prompt for the rollouts of one task."""
+        wins, losses = self.shown_rollouts(trajectories)
+        comparison = (self.comparison_instructions if wins and losses
+                      else self.success_only_instructions if wins else self.failure_only_instructions)  # fmt: skip
+        chars = self.max_observation_chars
+        return self.prompt.format(
+            task=trajectories[0].task.query,
+            successes=render_trajectories(wins, label="Success", max_observation_chars=chars),
+            failures=render_trajectories(losses, label="Failure", max_observation_chars=chars),
+            comparison=comparison,
+            max_experiences=max_experiences,
+        )
+
+    def render_validation_prompt(
+        self, trajectories: Sequence[Trajectory], candidates: Sequence[tuple[str, str]]
+    ) -> str:
+        """The validation prompt for ``candidates`` distilled from the rollouts of one task."""
+        wins, losses = self.shown_rollouts(trajectories)
+        return self.validation_prompt.format(
+            task=trajectories[0].task.query,
+            trajectories=render_trajectories([*wins, *losses], max_observation_chars=self.max_observation_chars),
+            candidates=render_candidates(candidates),
+            num_candidates=len(candidates),
+        )
+
+    # -- extraction --------------------------------------------------------------------------
+    def extract_task(
+        self, trajectories: Sequence[Trajectory], *, max_experiences: int = 3, step: int | None = None
+    ) -> TaskExtraction:
+        """Synchronous ``aextract_task``."""
+        return run_sync(self.aextract_task(trajectories, max_experiences=max_experiences, step=step))
+
+    async def aextract_task(
+        self, trajectories: Sequence[Trajectory], *, max_experiences: int = 3, step: int | None = None
+    ) -> TaskExtraction:
+        """Scored experiences from the rollouts of one task; a failure gives a counted fallback, never raises."""
+        task_id = trajectories[0].task.id if trajectories else ""
+        if not trajectories:
+            return self._done(TaskExtraction(task_id=task_id, extractor=self.name))
+        started = time.perf_counter()
+        usage = {"attempts": 0, "input_tokens": 0, "output_tokens": 0, "waited": 0.0}
+        prompt = self.render_prompt(trajectories, max_experiences=max_experiences)
+        candidates, problem = await self._ask(prompt, parse_experiences, self._extraction_retry, usage)
+        scores: dict[int, tuple[float, str]] | None = None
+        if candidates:
+            candidates = candidates[:max_experiences]
+            if self.validate:
+                prompt = self.render_validation_prompt(trajectories, candidates)
+                n, found = len(candidates), {}
+
+                def all_scores(text: str) -> dict[int, tuple[float, str]] | None:
+                    found.update(parse_scores(text, n))  # scores are merged across attempts
+                    return dict(found) if len(found) == n else None
+
+                scores, problem = await self._ask(prompt, all_scores, lambda _: self._validation_retry(found, n), usage)
+                problem = problem and f"validation: {problem}"
+        fields: dict[str, Any] = {
+            "task_id": task_id, "extractor": self.name, "attempts": usage["attempts"],
+            "input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"],
+            "cost_usd": usage["input_tokens"] / 1000 * self.price_per_1k_input
+            + usage["output_tokens"] / 1000 * self.price_per_1k_output,
+            "latency_s": time.perf_counter() - started - usage["waited"],
+        }  # fmt: skip
+        if candidates is None or (candidates and self.validate and scores is None):
+            error = f"extraction failed after {usage['attempts']} attempt(s): {problem}"
+            return self._done(TaskExtraction(error=error, **fields))
+        wins, losses = self.shown_rollouts(trajectories)
+        sources = tuple(t.id for t in (*wins, *losses))
+        experiences = []
+        for i, (when, content) in enumerate(candidates, 1):
+            score, reason = scores[i] if scores is not None else (10.0, "")
+            metadata = {"extractor": self.name, "validated": scores is not None, "validation_reason": reason,
+                        "successes": len(wins), "failures": len(losses)}  # fmt: skip
+            experiences.append(Experience(
+                id=experience_id(when, content), when_to_use=when, content=content, source_trajectory_ids=sources,
+                source_task_ids=(task_id,), step=step, score=score / 10, metadata=metadata,
+            ))  # fmt: skip
+        experiences.sort(key=lambda e: -e.score)
+        return self._done(TaskExtraction(experiences=tuple(experiences), **fields))
+
+    def _done(self, answer: TaskExtraction) -> TaskExtraction:
+        self.stats.add(answer)
+        return answer
+
+    def _extraction_retry(self, text: str) -> str:
+        return self.retry_prompt.format(problem=f"no JSON list of when_to_use/content objects in: {text[:200]!r}")
+
+    def _validation_retry(self, found: dict[int, tuple[float, str]], n: int) -> str:
+        missing = [i for i in range(1, n + 1) if i not in found]
+        return self.validation_retry_prompt.format(missing=", ".join(map(str, missing)), num_candidates=n)
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
+        return sem
+
+    async def _ask(
+        self,
+        prompt: str,
+        parse: Callable[[str], T | None],
+        retry_message: Callable[[str], str],
+        usage: dict[str, Any],
+    ) -> tuple[T | None, str]:
+        """One conversation: ask, parse, and on an unreadable answer or an error, retry; ``(None, why)`` at the end."""
+        messages: list[BaseMessage] = [HumanMessage(prompt)]
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
+            queued = time.perf_counter()
+            async with self._semaphore():
+                usage["waited"] += time.perf_counter() - queued
+                usage["attempts"] += 1
+                try:
+                    reply = await asyncio.wait_for(self.model.ainvoke(messages), self.timeout_s)
+                except Exception as e:  # retried: rate limits, timeouts, server errors
+                    problem = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                    continue
+            got_in, got_out = _usage(reply)
+            usage["input_tokens"] += got_in
+            usage["output_tokens"] += got_out
+            text = _text(reply)
+            parsed = parse(text)
+            if parsed is not None:
+                return parsed, ""
+            problem = f"unreadable answer {text[:200]!r}"
+            messages = [*messages, AIMessage(text), HumanMessage(retry_message(text))]
+        return None, problem
+
+
+def _init_model(name: str, model_kwargs: dict[str, Any]) -> BaseChatModel:
+    if not name.strip():
+        raise ConfigError("The extractor model is an empty string; pass 'rules', a chat-model string such as "
+                          "'openai:gpt-4.1-mini', or a LangChain chat model instance.")  # fmt: skip
+    try:
+        from langchain.chat_models import init_chat_model
+
+        return init_chat_model(name.strip(), **model_kwargs)
+    except Exception as e:
+        raise ConfigError(
+            f"Cannot build the extractor model {name!r}: {type(e).__name__}: {str(e).splitlines()[0]}. "
+            "Pass 'rules' (no LLM), a model string with a known provider prefix such as 'openai:gpt-4.1-mini' "
+            "(endpoint settings in model_kwargs={'base_url': ..., 'api_key': ...}), or a LangChain chat model instance."
+        ) from e
