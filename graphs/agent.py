@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import operator
 import os
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict
@@ -47,7 +48,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from env_tools.base import list_environments, load_environment
 from langgraph_evolver.capture import MALFORMED_MARKER, calls_of, message_text
 from langgraph_evolver.chat_model import PolicyChatModel
-from langgraph_evolver.context import ContextTemplate, get_context_template
+from langgraph_evolver.context import ContextTemplate, SelfManagingTemplate, amanage_context, get_context_template
 from langgraph_evolver.dropin import AgentSpec, EnvironmentTool, as_agent, current_rollout
 from langgraph_evolver.episode import create_episode_graph
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
@@ -65,6 +66,8 @@ PARSE_ERROR_FEEDBACK = (
 class AgentState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     turn: int
+    context_stats: Annotated[list[dict[str, Any]], operator.add]
+    """One entry per context-management step (``managing`` template): valid, removed, compressed, …"""
 
 
 def environment_input(task: Task, observation: Observation) -> dict[str, Any]:
@@ -124,6 +127,7 @@ def create_agent_graph(
     tools: Sequence[BaseTool] | None = None,
     *,
     context_template: str | ContextTemplate = "causal",
+    context_options: dict[str, Any] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
     name: str = "agent",
 ):
@@ -132,8 +136,10 @@ def create_agent_graph(
     Args:
         model: The policy. Use ``PolicyChatModel`` to record token ids and logprobs.
         tools: The tools to call; ``None``: the tools of the rollout the graph runs in.
-        context_template: How history becomes each prompt (``"causal"`` or a callable).
-        max_turns: Maximum LLM calls per run.
+        context_template: How history becomes each prompt: ``causal``, ``reasoning``, ``sliding``,
+            ``managing`` (adds the ``manage_context`` node) or a callable.
+        context_options: The template's options, e.g. ``{"window": 2}`` for ``sliding``.
+        max_turns: Maximum policy calls per run (context-management calls not counted).
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -141,7 +147,9 @@ def create_agent_graph(
         from langchain.chat_models import init_chat_model
 
         model = init_chat_model(model)
-    template = get_context_template(context_template)
+    template = get_context_template(context_template, **(context_options or {}))
+    managing = isinstance(template, SelfManagingTemplate)
+    manager = template.resolve_manager(model) if managing else None
     fixed_tools = list(tools) if tools is not None else None
 
     def tools_now() -> list[BaseTool]:
@@ -183,26 +191,43 @@ def create_agent_graph(
             return "tools"
         return END
 
-    async def after_tools(state: AgentState) -> Literal["agent", "__end__"]:
-        return END if state.get("turn", 0) >= max_turns else "agent"
+    async def manage_context(state: AgentState) -> dict[str, Any]:
+        assert manager is not None and isinstance(template, SelfManagingTemplate)
+        edit = await amanage_context(state["messages"], manager, template)
+        if edit is None:
+            return {}
+        return {"messages": edit.updates, "context_stats": [edit.stats()]}
+
+    async def after_tools(state: AgentState) -> str:
+        if state.get("turn", 0) >= max_turns:
+            return END
+        return "manage_context" if managing else "agent"
 
     builder = StateGraph(AgentState)
     builder.add_node("start", start)
     builder.add_node("agent", agent)
     builder.add_node("tools", act)
+    if managing:
+        builder.add_node("manage_context", manage_context)
+        builder.add_edge("manage_context", "agent")
     builder.add_edge(START, "start")
     builder.add_edge("start", "agent")
     builder.add_conditional_edges("agent", after_agent)
-    builder.add_conditional_edges("tools", after_tools)
+    builder.add_conditional_edges("tools", after_tools, ["agent", END, *(["manage_context"] if managing else [])])
     return builder.compile(name=name)
 
 
 def reference_agent(
-    *, context_template: str | ContextTemplate = "causal", max_turns: int = DEFAULT_MAX_TURNS
+    *,
+    context_template: str | ContextTemplate = "causal",
+    context_options: dict[str, Any] | None = None,
+    max_turns: int = DEFAULT_MAX_TURNS,
 ) -> AgentSpec:
     """Our agent as an ``AgentSpec``: built per rollout with the policy and the environment's tools."""
-    build = functools.partial(create_agent_graph, context_template=context_template, max_turns=max_turns)
-    return AgentSpec(build=build, to_input=environment_input, name="agent")
+    get_context_template(context_template, **(context_options or {}))  # a bad name or option fails here
+    build = functools.partial(create_agent_graph, context_template=context_template, context_options=context_options,
+                              max_turns=max_turns)  # fmt: skip
+    return AgentSpec(build=build, to_input=environment_input, name="agent", applies_context=True)
 
 
 def find_task(task_id: str, env: str | None = None) -> Task:

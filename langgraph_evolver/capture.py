@@ -38,6 +38,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from .chat_model import POLICY_MARKER, transition_from_message
+from .context.templates import strip_thoughts
 from .errors import EvolverError
 from .types import Action, FinishReason, Step, Task, ToolCall, ToolObservation, Trajectory
 
@@ -118,6 +119,7 @@ class LLMCall:
     model: str
     policy: bool
     in_tool: bool
+    kind: str = "action"
     output: AIMessage | None = None
     error: str | None = None
     done: bool = False
@@ -201,9 +203,10 @@ class TrajectoryRecorder(BaseCallbackHandler):
                 ),  # fmt: skip
                 policy=policy,
                 in_tool=self._in_tool(parent),
+                kind=str(metadata.get("evolver_step_kind") or "action"),
             )
-            if policy and self.max_turns is not None and not call.in_tool:
-                made = sum(c.policy and not c.in_tool for c in self.calls)
+            if policy and self.max_turns is not None and not call.in_tool and call.kind == "action":
+                made = sum(c.policy and not c.in_tool and c.kind == "action" for c in self.calls)
                 if made >= self.max_turns:
                     self.turn_limit_hit = True
                     raise TurnLimitReached(f"the run reached max_turns={self.max_turns} policy calls")
@@ -265,6 +268,11 @@ class TrajectoryRecorder(BaseCallbackHandler):
     def policy_calls(self) -> list[LLMCall]:
         return [c for c in self.calls if c.policy and (self.train_tool_llm_calls or not c.in_tool)]
 
+    @property
+    def turns(self) -> int:
+        """Policy calls that acted (context-management calls are not turns)."""
+        return sum(c.kind == "action" for c in self.policy_calls)
+
     def observations(self, final_state: Any = None) -> dict[str, list[ToolObservation]]:
         """Tool results per call id, in order: from the tool runs, else the final state's ``ToolMessage``s.
 
@@ -290,21 +298,22 @@ class TrajectoryRecorder(BaseCallbackHandler):
             if ai is None:
                 steps.append(Step(index=call.order, action=Action(), error=call.error or "no output",
                                   llm_run_id=call.run_id, node=call.node, model=call.model,
-                                  namespace=call.namespace, policy=trained))  # fmt: skip
+                                  namespace=call.namespace, policy=trained, kind=call.kind))  # fmt: skip
                 continue
-            tool_calls = calls_of(ai, call.order)
+            tool_calls = calls_of(ai, call.order) if call.kind == "action" else []
             steps.append(
                 Step(
                     index=call.order,
                     action=Action(tool_calls=tuple(tool_calls), content=message_text(ai) or None),
                     observations=tuple(observed[c.id].pop(0) for c in tool_calls if observed.get(c.id)),
                     transition=transition_from_message(ai) if trained else None,
-                    error=step_error(ai),
+                    error=step_error(ai) if call.kind == "action" else None,
                     llm_run_id=call.run_id,
                     node=call.node,
                     model=call.model,
                     namespace=call.namespace,
                     policy=trained,
+                    kind=call.kind,
                 )
             )
         return steps
@@ -338,10 +347,12 @@ class TrajectoryRecorder(BaseCallbackHandler):
         messages = _state_messages(final_state)
         if messages:  # the run's answer is its last message, when that is the model's text
             last = messages[-1]
-            return message_text(last) if isinstance(last, AIMessage) and not last.tool_calls else None
+            if isinstance(last, AIMessage) and not last.tool_calls:
+                return strip_thoughts(message_text(last))
+            return None
         for call in reversed(self.calls):
-            if call.output is not None and not call.in_tool:
-                return None if call.output.tool_calls else message_text(call.output)
+            if call.output is not None and not call.in_tool and call.kind == "action":
+                return None if call.output.tool_calls else strip_thoughts(message_text(call.output))
         return None
 
     def trajectory(
@@ -379,7 +390,7 @@ class TrajectoryRecorder(BaseCallbackHandler):
             group_id=group_id,
             rollout_index=rollout_index,
             errors=tuple(errors),
-            metadata={"turns": len(self.policy_calls), "capture": summary, **(metadata or {})},
+            metadata={"turns": self.turns, "capture": summary, **(metadata or {})},
         )
 
 

@@ -24,7 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
-from pydantic import PrivateAttr, SecretStr
+from pydantic import Field, PrivateAttr, SecretStr
 
 from .types import Transition
 
@@ -63,6 +63,8 @@ class PolicyChatModel(ChatOpenAI):
     """
 
     _loop_clients: dict[Any, Any] = PrivateAttr(default_factory=dict)
+    context_template: Any = Field(default=None, exclude=True)
+    """A context template applied to every prompt before it is sent (``langgraph_evolver.context``)."""
 
     def __init__(self, **kwargs: Any) -> None:
         extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
@@ -120,9 +122,16 @@ class PolicyChatModel(ChatOpenAI):
             if self.root_async_client is root:
                 self.root_async_client = self.async_client = None
 
-    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
         self._use_client_of_running_loop()
-        return await super()._agenerate(*args, **kwargs)
+        if self.context_template is not None:
+            messages = list(self.context_template(messages))
+        return await super()._agenerate(messages, *args, **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        if self.context_template is not None:
+            messages = list(self.context_template(messages))
+        return super()._generate(messages, *args, **kwargs)
 
     def _create_chat_result(self, response: Any, generation_info: dict | None = None) -> ChatResult:
         if isinstance(response, dict):

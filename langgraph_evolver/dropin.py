@@ -77,6 +77,8 @@ class Rollout:
     recorder: TrajectoryRecorder
     context_template: ContextTemplate | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    context_stats: list[dict[str, Any]] = field(default_factory=list)
+    """Context-management steps made by ``EvolverMiddleware`` in this rollout."""
 
     def tool(self, name: str) -> BaseTool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -182,6 +184,7 @@ class AgentSpec:
         to_input: ``(task)`` or ``(task, observation) -> graph input``.
         reward: ``(task, final_state, trajectory) -> float`` instead of the environment's ``evaluate()``.
         name: Shown in traces and reports.
+        applies_context: See the attribute.
     """
 
     build: Callable[[BaseChatModel, list[BaseTool]], Any] | None = None
@@ -189,6 +192,9 @@ class AgentSpec:
     to_input: Callable[..., dict[str, Any]] = default_input
     reward: Callable[[Task, Any, Trajectory], float] | None = None
     name: str = "agent"
+    applies_context: bool = False
+    """The graph applies its context template itself (our agent); else the runner hands the factory a
+    policy model that applies it (stateless templates) and ``EvolverMiddleware`` applies it for ``create_agent``."""
 
     def __post_init__(self) -> None:
         if (self.build is None) == (self.graph is None):
@@ -344,7 +350,7 @@ async def arun_episode(
     }
     token = _CURRENT.set(rollout)
     try:
-        graph = agent.graph_for(policy, rollout.tools)
+        graph = agent.graph_for(_templated(policy, context_template, agent), rollout.tools)
         state = await graph.ainvoke(agent.input_for(task, observation), config)
     except TurnLimitReached:
         finish = "max_turns"
@@ -379,10 +385,20 @@ async def arun_episode(
         errors.append(f"evaluation failed: {type(e).__name__}: {e}")
     finally:
         await _close(env)
-    latency = round(time.perf_counter() - started, 4)
+    metadata = {"latency_s": round(time.perf_counter() - started, 4), "agent": agent.name,
+                **_context_stats(state, rollout)}  # fmt: skip
     return recorder.trajectory(task, reward=reward, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
                                rollout_index=rollout_index, finish_reason=finish, errors=errors,
-                               metadata={"latency_s": latency, "agent": agent.name})  # fmt: skip
+                               metadata=metadata)  # fmt: skip
+
+
+def _templated(policy: BaseChatModel | None, template: ContextTemplate | None, agent: AgentSpec) -> Any:
+    """The policy a ``build`` factory receives: one that applies the context template to every prompt."""
+    if policy is None or template is None or agent.applies_context or agent.build is None:
+        return policy
+    if not hasattr(policy, "context_template"):
+        return policy  # not a PolicyChatModel: only EvolverMiddleware can apply templates to it
+    return policy.model_copy(update={"context_template": template})
 
 
 def _with_handler(callbacks: Any, recorder: TrajectoryRecorder) -> Any:
@@ -392,6 +408,16 @@ def _with_handler(callbacks: Any, recorder: TrajectoryRecorder) -> Any:
         manager.add_handler(recorder, inherit=True)
         return manager
     return [*(callbacks or []), recorder]
+
+
+def _context_stats(state: Any, rollout: Rollout) -> dict[str, Any]:
+    """Context-management figures: our graph's (in its state) or the middleware's (on the rollout)."""
+    stats = (state.get("context_stats") if isinstance(state, dict) else None) or rollout.context_stats
+    if not stats:
+        return {}
+    return {"context": {"steps": len(stats), "invalid": sum(not s.get("valid") for s in stats),
+                        "removed": sum(s.get("removed", 0) for s in stats),
+                        "compressed": sum(s.get("compressed", 0) for s in stats)}}  # fmt: skip
 
 
 async def _close(env: Any) -> None:

@@ -7,7 +7,8 @@ runner, ``trainers.grpo --agent``, ``trainers.evaluate --agent``) it:
 
 - routes every model call to the policy being trained (``request.model`` → the rollout's
   policy chat model; ``create_agent`` binds the agent's tools to it as usual), and applies the
-  rollout's context template to the messages;
+  rollout's context template to the messages (``managing``: a context-management step in
+  ``before_model`` when the prompt passes its trigger, edits written to the agent's state);
 - routes every tool call to the rollout's own environment instance when it has a tool of that
   name, so an agent whose tools close over module-level state still gets fresh, independent
   state per rollout; other tools run as the agent defines them.
@@ -57,6 +58,19 @@ class EvolverMiddleware(AgentMiddleware):
             return request
         tool = rollout.tool(request.tool_call["name"])
         return request.override(tool=tool) if tool is not None else request
+
+    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        from .context import SelfManagingTemplate, amanage_context
+
+        rollout = current_rollout()
+        if rollout is None or not isinstance(rollout.context_template, SelfManagingTemplate):
+            return None
+        template = rollout.context_template
+        edit = await amanage_context(state["messages"], template.resolve_manager(rollout.policy), template)
+        if edit is None:
+            return None
+        rollout.context_stats.append(edit.stats())
+        return {"messages": edit.updates} if edit.updates else None
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return handler(self._model_request(request))

@@ -228,6 +228,8 @@ class Step:
     """The model that answered (a served policy version, or another model's name)."""
     policy: bool = True
     """Whether the call went to the policy being trained (other models are recorded, never trained)."""
+    kind: str = "action"
+    """``action`` (the agent acting: tool calls or an answer) or ``context`` (a context-management call)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -241,6 +243,7 @@ class Step:
             "namespace": self.namespace,
             "model": self.model,
             "policy": self.policy,
+            "kind": self.kind,
         }
 
     @classmethod
@@ -257,6 +260,7 @@ class Step:
             namespace=data.get("namespace") or "",
             model=data.get("model"),
             policy=bool(data.get("policy", True)),
+            kind=data.get("kind") or "action",
         )
 
 

@@ -152,8 +152,15 @@ class EvolverGRPOConfig(GRPOConfig):
     rollout_concurrency: int = field(default=64, metadata={"help": "Agent graphs running at once during rollouts."})
     max_turns: int = field(default=10, metadata={"help": "LLM calls per rollout before it is stopped."})
     context_template: str = field(
-        default="causal", metadata={"help": "How the agent's history becomes each prompt (context template name)."}
-    )
+        default="causal",
+        metadata={"help": "How the agent's history becomes each prompt: causal, reasoning, sliding, managing (or a "
+                  "registered name)."},
+    )  # fmt: skip
+    context_options: dict | str | None = field(
+        default=None,
+        metadata={"help": "The template's options, a dict or JSON: sliding {window: 2}; managing {manager: "
+                  "policy|rules|<model>, trigger_tokens: 768, protect_last: 1}; reasoning {hint: ...}."},
+    )  # fmt: skip
     malformed_call_penalty: float = field(
         default=0.1,
         metadata={
@@ -237,13 +244,22 @@ class EvolverGRPOConfig(GRPOConfig):
         """
         if not (self.agent or self.agent_input or self.reward_fn):
             return _reference_agent(self)
-        key = (self.agent, self.agent_input, self.reward_fn, self.context_template, self.max_turns)
+        key = (self.agent, self.agent_input, self.reward_fn, self.context_template,
+               json.dumps(self.context_options, sort_keys=True), self.max_turns)  # fmt: skip
         if key not in _AGENTS:
             from langgraph_evolver.dropin import as_agent
 
             _AGENTS[key] = as_agent(self.agent or _reference_agent(self), to_input=self.agent_input,
                                     reward=self.reward_fn)  # fmt: skip
         return _AGENTS[key]
+
+    def context_for_user_agents(self) -> Any:
+        """The context template a user's agent gets (through the policy model / the middleware); ours builds its own."""
+        if not self.agent or self.context_template == "causal" and not self.context_options:
+            return None
+        from langgraph_evolver.context import get_context_template
+
+        return get_context_template(self.context_template, **(self.context_options or {}))
 
     def __post_init__(self) -> None:
         import torch
@@ -252,6 +268,11 @@ class EvolverGRPOConfig(GRPOConfig):
             self.bf16 = bool(torch.cuda.is_available())
         if not torch.cuda.is_available():
             self.dataloader_pin_memory = False  # nothing to pin to; avoids a warning per epoch
+        if isinstance(self.context_options, str):
+            try:
+                self.context_options = json.loads(self.context_options) if self.context_options.strip() else None
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"context_options is not valid JSON ({e}); write e.g. '{{\"window\": 2}}'.") from None
         if isinstance(self.env_args, str):
             try:
                 self.env_args = json.loads(self.env_args) if self.env_args.strip() else None
@@ -303,4 +324,5 @@ _AGENTS: dict[tuple, Any] = {}
 def _reference_agent(cfg: Any) -> Any:
     from graphs.agent import reference_agent
 
-    return reference_agent(context_template=cfg.context_template, max_turns=cfg.max_turns)
+    return reference_agent(context_template=cfg.context_template, context_options=cfg.context_options,
+                           max_turns=cfg.max_turns)  # fmt: skip

@@ -99,7 +99,14 @@ def transition_advantages(trajectory: Trajectory, step_advantages: list[float] |
     if len(step_advantages) != len(trajectory.steps):
         raise ValueError(f"{len(step_advantages)} step advantages for the {len(trajectory.steps)} steps of "
                          f"{trajectory.id}.")  # fmt: skip
-    return [a for s, a in zip(trajectory.steps, step_advantages, strict=True) if s.transition is not None]
+    values = list(step_advantages)
+    following = values[-1]
+    for i in range(len(values) - 1, -1, -1):  # a context-management step takes the advantage of the step after it
+        if trajectory.steps[i].kind == "context":
+            values[i] = following
+        else:
+            following = values[i]
+    return [a for s, a in zip(trajectory.steps, values, strict=True) if s.transition is not None]
 
 
 class EvolverGRPOTrainer(GRPOTrainer):
@@ -197,6 +204,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
                     self.args.agent_for_rollouts(),
                     items,
                     policy=chat,
+                    context_template=self.args.context_for_user_agents(),
                     max_turns=self.args.max_turns,
                     require_policy=True,
                     concurrency=self.args.rollout_concurrency,
