@@ -97,11 +97,14 @@ def test_golden_prompts_say_what_each_template_promises():
     assert sliding[9][:3] == causal[9][:2] + ["human: [7 earlier turns left out of this prompt]"]
     assert len([line for line in sliding[9] if line.startswith("ai:")]) == 2
     assert sliding[2] == causal[2]  # nothing left out while the window holds
-    # managing: the rules manager removed the feedback turn once it was offered; the rest is kept
+    # managing: the rules manager removed the feedback turn and the dead ends (lookups that found
+    # nothing) once they were offered; the protected last turns and the useful results are kept
     feedback = [line for line in causal[9] if line.startswith("human: Error")]
     assert feedback and not any(line in managing[9] for line in feedback)
-    assert len(managing[9]) == len(causal[9]) - 1
-    assert managing[5] == causal[5]  # under the trigger nothing changes
+    assert causal[9].count("tool: []") == 5 and managing[9].count("tool: []") == 1  # only the protected one
+    assert [line for line in managing[9] if '"phone"' in line] == [line for line in causal[9] if '"phone"' in line]
+    assert len(managing[9]) == len(causal[9]) - 9
+    assert managing[2] == causal[2]  # under the trigger nothing changes
 
 
 def test_managing_edits_as_asked_and_a_malformed_action_edits_nothing():

@@ -230,7 +230,12 @@ async def amanage_context(
 
 
 class RulesContextManager(BaseChatModel):
-    """A deterministic manager: compress long tool results, remove error feedback, keep the rest.
+    """A deterministic manager: drop dead ends, compress long tool results, keep the rest.
+
+    - an assistant turn whose tool results were all empty (``[]``, ``{}``, nothing) or errors is
+      removed with its results: it taught nothing the next turns need;
+    - a feedback turn about a malformed call (a user message starting with ``Error``) is removed;
+    - a tool result longer than ``max_chars`` is compressed to its first ``max_chars`` characters.
 
     It answers the management prompt (reading the offered ids from the request's
     ``additional_kwargs["evolver_offered"]``) with a JSON action, so offline runs and tests go
@@ -249,17 +254,32 @@ class RulesContextManager(BaseChatModel):
         lines = {line.split("] ", 1)[0].lstrip("["): line.split("] ", 1)[-1]
                  for line in _text(messages[-1]).splitlines() if line.startswith("[m")}  # fmt: skip
         action: dict[str, Any] = {}
+        turn: str | None = None
+        results: list[str] = []
+
+        def close_turn() -> None:
+            if turn is not None and results and all(_dead_end(r) for r in results):
+                action[turn] = "remove"
+
         for item in offered:
             key, kind, chars = item["id"], item["type"], item["chars"]
-            text = lines.get(key, "")
-            if kind == "human" and "Error" in text:
-                action[key] = "remove"  # a feedback turn about a malformed call: its lesson was applied
-            elif kind == "tool" and chars > self.max_chars:
-                body = text.split(": ", 1)[-1]
-                action[key] = {"compress": body[: self.max_chars] + "…"}
+            body = lines.get(key, "").split(": ", 1)[-1]
+            if kind == "ai":
+                close_turn()
+                turn, results = key, []
+            elif kind == "tool":
+                results.append(body)
+                if chars > self.max_chars:
+                    action[key] = {"compress": body[: self.max_chars] + "…"}
+            elif kind == "human" and body.startswith("Error"):
+                action[key] = "remove"
+        close_turn()
         return json.dumps(action)
 
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kw: Any) -> ChatResult:  # fmt: skip
         return ChatResult(generations=[ChatGeneration(message=AIMessage(self._action(messages)))])
+
+
+def _dead_end(result: str) -> bool:
+    return result.strip() in ("", "[]", "{}", "null") or result.startswith("Error")
