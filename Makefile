@@ -19,7 +19,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[train,serve,dev]"
+	$(BIN)/pip install -q -e ".[train,serve,dev,navigate]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
