@@ -32,9 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 
 TEMPLATES: dict[str, dict[str, Any]] = {
     "causal": {},
@@ -45,54 +43,26 @@ TEMPLATES: dict[str, dict[str, Any]] = {
 LONG_TURNS = 22
 
 
-class TokenizingScriptedPolicy(BaseChatModel):
-    """Replays a long script; prompt and completion ids come from the tiny policy's chat template."""
+def long_horizon_policy(tokenizer: Any) -> Any:
+    """A scripted policy that makes ``LONG_TURNS`` lookups (thinking first), then answers; token ids
+    from the tiny policy's chat template. Calls are counted per rollout: a windowed prompt no longer
+    shows how many there were."""
+    from langgraph_evolver.dropin import current_rollout
+    from trainers.scripted import TokenizedScriptedModel
 
-    tokenizer: Any
-    turns: int = LONG_TURNS
-    calls: dict = {}
-    """Calls made so far per rollout (a windowed prompt no longer shows how many there were)."""
+    calls: dict[int, int] = {}
+    names = ["Ava", "Ben", "Cleo", "Dan", "Eve", "Finn", "Gus", "Hana", "Ivy", "Jay", "Kai"]
 
-    @property
-    def _llm_type(self) -> str:
-        return "tokenizing-scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        from langchain_core.utils.function_calling import convert_to_openai_tool
-
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
-
-    def _render(self, messages: list[BaseMessage], tools: Any, generation_prompt: bool) -> list[int]:
-        from langchain_openai.chat_models.base import _convert_message_to_dict
-
-        from trainers.chat_format import normalize_messages
-
-        dicts = normalize_messages([_convert_message_to_dict(m) for m in messages])
-        text = self.tokenizer.apply_chat_template(dicts, tools=tools, add_generation_prompt=generation_prompt,
-                                                  tokenize=False)  # fmt: skip
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
-
-    def _next(self, messages: list[BaseMessage]) -> AIMessage:
-        from langgraph_evolver.dropin import current_rollout
-
+    def respond(messages: list[BaseMessage]) -> AIMessage:
         key = id(current_rollout())
-        turn = self.calls[key] = self.calls.get(key, -1) + 1
-        names = ["Ava", "Ben", "Cleo", "Dan", "Eve", "Finn", "Gus", "Hana", "Ivy", "Jay", "Kai"]
-        if turn < self.turns:
+        turn = calls[key] = calls.get(key, -1) + 1
+        if turn < LONG_TURNS:
             name = names[turn % len(names)]
             call = {"name": "search_contacts", "args": {"query": name}, "id": f"call_{turn}"}
             return AIMessage(f"<think>look up {name}</think>", tool_calls=[call])
         return AIMessage("<think>all found</think>Done.")
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, tools: Any = None,
-                  **kw: Any) -> ChatResult:  # fmt: skip
-        ai = self._next(messages)
-        prompt = self._render(messages, tools, True)
-        full = self._render([*messages, ai], tools, False)
-        completion = full[len(prompt) :] if full[: len(prompt)] == prompt else full[-8:]
-        ai.response_metadata.update(prompt_token_ids=prompt, token_ids=completion, model_name="scripted",
-                                    logprobs={"content": [{"logprob": 0.0} for _ in completion]})  # fmt: skip
-        return ChatResult(generations=[ChatGeneration(message=ai)])
+    return TokenizedScriptedModel(tokenizer=tokenizer, respond=respond, metadata={"evolver_policy": True})
 
 
 def figures(trajectories: list, k: int | None = None) -> dict[str, float]:
@@ -132,7 +102,7 @@ def bench_long_horizon(n_tasks: int) -> dict[str, dict[str, float]]:
     tasks = seed_tasks("test")[:n_tasks]
     out = {}
     for name, options in TEMPLATES.items():
-        policy = TokenizingScriptedPolicy(tokenizer=tokenizer, calls={}, metadata={"evolver_policy": True})
+        policy = long_horizon_policy(tokenizer)
         agent = reference_agent(context_template=name, context_options=options, max_turns=LONG_TURNS + 2)
         trajs = run_rollouts(agent, tasks, policy=policy, max_turns=LONG_TURNS + 2)
         assert all(len([s for s in t.steps if s.kind == "action"]) == LONG_TURNS + 1 for t in trajs), trajs[0].errors

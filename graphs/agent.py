@@ -52,6 +52,7 @@ from langgraph_evolver.context import ContextTemplate, SelfManagingTemplate, ama
 from langgraph_evolver.dropin import AgentSpec, EnvironmentTool, as_agent, current_rollout
 from langgraph_evolver.episode import create_episode_graph
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
+from langgraph_evolver.experience.navigate import inject_experience
 from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
 __all__ = ["AgentState", "create_agent_graph", "environment_input", "find_task", "graph", "reference_agent"]
@@ -176,7 +177,11 @@ def create_agent_graph(
             bound = model.bind_tools(available) if available else model
         except NotImplementedError:  # scripted test models
             bound = model
-        ai = await bound.ainvoke(template(state["messages"]))
+        prompt = template(state["messages"])
+        rollout = current_rollout()
+        if rollout is not None and rollout.experience is not None:  # self-navigating: after the template
+            prompt = inject_experience(prompt, rollout.experience)
+        ai = await bound.ainvoke(prompt)
         return {"messages": [ai], "turn": state.get("turn", 0) + 1}
 
     async def act(state: AgentState) -> dict[str, Any]:

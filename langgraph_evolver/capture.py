@@ -367,6 +367,7 @@ class TrajectoryRecorder(BaseCallbackHandler):
         finish_reason: FinishReason | None = None,
         errors: tuple[str, ...] | list[str] = (),
         metadata: dict[str, Any] | None = None,
+        experience_ids: tuple[str, ...] = (),
     ) -> Trajectory:
         """Assemble the ``Trajectory`` of this run."""
         steps = self.steps(final_state)
@@ -390,6 +391,7 @@ class TrajectoryRecorder(BaseCallbackHandler):
             group_id=group_id,
             rollout_index=rollout_index,
             errors=tuple(errors),
+            experience_ids=tuple(experience_ids),
             metadata={"turns": self.turns, "capture": summary, **(metadata or {})},
         )
 

@@ -79,6 +79,8 @@ class Rollout:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     context_stats: list[dict[str, Any]] = field(default_factory=list)
     """Context-management steps made by ``EvolverMiddleware`` in this rollout."""
+    experience: Any = None
+    """The ``ExperienceBlock`` this rollout is guided by (self-navigating), injected into every policy prompt."""
 
     def tool(self, name: str) -> BaseTool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -315,11 +317,14 @@ async def arun_episode(
     require_policy: bool = False,
     train_tool_llm_calls: bool = False,
     capture: bool = True,
+    navigator: Any = None,
+    guided: bool = False,
 ) -> Trajectory:
     """Run ``agent`` on ``task`` once, against a fresh environment; never raises (see module docstring).
 
     ``capture=False`` runs without the recorder (the trajectory then has no steps): only for measuring
-    what the capture costs (``benchmarks/rollouts.py``).
+    what the capture costs (``benchmarks/rollouts.py``). ``guided=True`` with a ``navigator``
+    (self-navigating) retrieves experiences for the task and injects them into every policy prompt.
     """
     trajectory_id = trajectory_id or f"{group_id or task.id}/{rollout_index}/{os.urandom(4).hex()}"
     recorder = TrajectoryRecorder(max_turns=max_turns, train_tool_llm_calls=train_tool_llm_calls)
@@ -342,6 +347,14 @@ async def arun_episode(
     rollout = Rollout(task=task, env=env, observation=observation, tools=[], policy=policy, recorder=recorder,
                       context_template=context_template)  # fmt: skip
     rollout.tools = environment_tools(None, observation.tools)
+    navigation: dict[str, Any] = {}
+    if guided and navigator is not None:
+        try:
+            rollout.experience = await navigator.ablock_for(task, observation)
+        except Exception as e:  # a failed retrieval leaves the rollout unguided, recorded
+            errors.append(f"experience retrieval failed (rollout unguided): {type(e).__name__}: {e}")
+        block = rollout.experience
+        navigation = {"experience": {"guided": True, **(block.to_dict() if block else {"ids": [], "text": ""})}}
     config: dict[str, Any] = {
         "callbacks": _with_handler(callbacks, recorder) if capture else callbacks,
         "metadata": trace_metadata(task.id, group_id, rollout_index, trajectory_id=trajectory_id),
@@ -350,7 +363,7 @@ async def arun_episode(
     }
     token = _CURRENT.set(rollout)
     try:
-        graph = agent.graph_for(_templated(policy, context_template, agent), rollout.tools)
+        graph = agent.graph_for(_templated(policy, context_template, agent, rollout.experience), rollout.tools)
         state = await graph.ainvoke(agent.input_for(task, observation), config)
     except TurnLimitReached:
         finish = "max_turns"
@@ -386,18 +399,28 @@ async def arun_episode(
     finally:
         await _close(env)
     metadata = {"latency_s": round(time.perf_counter() - started, 4), "agent": agent.name,
-                **_context_stats(state, rollout)}  # fmt: skip
+                **_context_stats(state, rollout), **navigation}  # fmt: skip
     return recorder.trajectory(task, reward=reward, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
-                               rollout_index=rollout_index, finish_reason=finish, errors=errors,
-                               metadata=metadata)  # fmt: skip
+                               rollout_index=rollout_index, finish_reason=finish, errors=errors, metadata=metadata,
+                               experience_ids=rollout.experience.ids if rollout.experience else ())  # fmt: skip
 
 
-def _templated(policy: BaseChatModel | None, template: ContextTemplate | None, agent: AgentSpec) -> Any:
-    """The policy a ``build`` factory receives: one that applies the context template to every prompt."""
-    if policy is None or template is None or agent.applies_context or agent.build is None:
+def _templated(policy: BaseChatModel | None, template: ContextTemplate | None, agent: AgentSpec,
+               block: Any = None) -> Any:  # fmt: skip
+    """The policy a ``build`` factory receives: one that applies the context template (and injects the
+    rollout's experience block) on every prompt. Our agent does both itself."""
+    if policy is None or agent.applies_context or agent.build is None or (template is None and block is None):
         return policy
     if not hasattr(policy, "context_template"):
         return policy  # not a PolicyChatModel: only EvolverMiddleware can apply templates to it
+    if block is not None:
+        from .experience.navigate import inject_experience
+
+        inner = template
+
+        def template(messages: Any, _inner: Any = inner) -> list:
+            return inject_experience(_inner(messages) if _inner is not None else list(messages), block)
+
     return policy.model_copy(update={"context_template": template})
 
 

@@ -50,6 +50,11 @@ class EvolverMiddleware(AgentMiddleware):
             overrides["model"] = rollout.policy
         if rollout.context_template is not None:
             overrides["messages"] = rollout.context_template(request.messages)
+        if rollout.experience is not None:  # self-navigating: the block joins the agent's system prompt
+            from .experience.navigate import inject_experience
+
+            system = [request.system_message] if request.system_message is not None else []
+            overrides["system_message"] = inject_experience(system, rollout.experience)[0]
         return request.override(**overrides) if overrides else request
 
     def _tool_request(self, request: Any) -> Any:

@@ -31,6 +31,7 @@ async def arun_rollout_items(
     progress: bool | str = False,
     to_input: Any = None,
     reward: Any = None,
+    guided: Sequence[bool] | None = None,
     **episode: Any,
 ) -> list[Trajectory]:
     """Run one rollout per ``(task, group_id, rollout_index)`` item, at most ``concurrency`` at once.
@@ -40,6 +41,8 @@ async def arun_rollout_items(
         policy: The chat model handed to a ``build(model, tools)`` factory and routed to by
             ``EvolverMiddleware``; ``None`` for a graph that holds its own model.
         to_input, reward: Override the agent's input builder and reward (``AgentSpec``).
+        guided: Per item, whether the rollout is guided by retrieved experience (with
+            ``navigator=``, self-navigating).
         episode: Passed to ``arun_episode`` (``max_turns``, ``context_template``,
             ``require_policy``, ``train_tool_llm_calls``).
 
@@ -61,7 +64,9 @@ async def arun_rollout_items(
         for i, (task, group_id, index) in pending:
             results[i] = await arun_episode(spec, task, policy=policy, env_factory=env_factory, group_id=group_id,
                                             rollout_index=index, callbacks=callbacks,
-                                            recursion_limit=recursion_limit, **episode)  # fmt: skip
+                                            recursion_limit=recursion_limit,
+                                            guided=bool(guided[i]) if guided is not None else False,
+                                            **episode)  # fmt: skip
             if bar is not None:
                 bar.update(1)
 

@@ -90,6 +90,11 @@ def test_every_served_graph_runs_through_the_sdk(dev_server):
     assert status == "success"
     assert len(labelled["attribution"]["labels"]) == len(out["trajectory"]["steps"])
 
+    # extract_experience: rollouts of one task in, experiences out (the rules extractor, offline)
+    status, extracted = _run(dev_server, "extract_experience", {"trajectories": [labelled["labeled"]] * 2})
+    assert status == "success" and isinstance(extracted["experiences"], list)
+    assert all(e["source_task_ids"] == [task.id] for e in extracted["experiences"])
+
     # library: the drop-in example, served as its author wrote it (messages in, messages out)
     status, chat = _run(dev_server, "library", {"messages": [{"role": "user", "content": "Please lend Dune to Ana."}]})
     assert status == "success"

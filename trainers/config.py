@@ -25,7 +25,7 @@ from trl import GRPOConfig
 
 from langgraph_evolver.errors import ConfigError
 
-__all__ = ["AttributionSettings", "EvolverGRPOConfig", "parse_level_weights"]
+__all__ = ["AttributionSettings", "EvolverGRPOConfig", "NavigationSettings", "parse_level_weights"]
 
 # TRL 1.16 still sets transformers' deprecated `gradient_checkpointing` alias; the warning is not
 # actionable by our users.
@@ -53,6 +53,68 @@ def parse_level_weights(spec: str | dict | None) -> dict[int, float]:
     return weights
 
 
+def _toggle_mapping(value: dict | str | bool | None, name: str, example: str) -> dict | None:
+    """A mechanism's config value → its keys (``{}``: on with defaults) or ``None`` (off)."""
+    if value is None or value == "" or value is False:
+        return None
+    if value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on")):
+        return {}
+    if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off", "none", "null"):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{name}={value!r} is neither true/false nor JSON ({e}); write e.g. "
+                              f"'{example}'.") from None  # fmt: skip
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a mapping or true/false, got {type(value).__name__}.")
+    return value
+
+
+@dataclass(frozen=True)
+class NavigationSettings:
+    """The parsed ``navigation`` field of ``EvolverGRPOConfig`` (self-navigating)."""
+
+    enabled: bool = False
+    eta: float = 0.5
+    """Share of each group's rollouts guided by retrieved experience (round(eta * G))."""
+    top_k: int = 5
+    min_score: float | None = None
+    mode: str = "strip"
+    boost_epsilon_high: float | None = 0.6
+    extractor: str = "rules"
+    extractor_options: dict = field(default_factory=dict)
+    update_every: int = 1
+    pool_dir: str | None = None
+    merge_threshold: float = 0.9
+
+    @classmethod
+    def parse(cls, value: dict | str | bool | None) -> NavigationSettings:
+        value = _toggle_mapping(value, "navigation", '{"enabled": true, "eta": 0.5, "mode": "strip"}')
+        if value is None:
+            return cls()
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ConfigError(f"navigation has unknown keys {unknown}; valid keys: {sorted(known)}.")
+        s = cls(**{"enabled": True, **value})
+        problems = []
+        if not 0.0 <= s.eta <= 1.0:
+            problems.append(f"navigation.eta={s.eta} must be in [0, 1] (0.5 published: half of each group guided).")
+        if s.top_k < 1:
+            problems.append(f"navigation.top_k={s.top_k} must be >= 1.")
+        if s.mode not in ("strip", "keep"):
+            problems.append(f"navigation.mode={s.mode!r} must be 'strip' (train without the advice) or 'keep'.")
+        if s.boost_epsilon_high is not None and s.boost_epsilon_high < 0:
+            problems.append("navigation.boost_epsilon_high must be >= 0 (0.6 published), or null for no boosting.")
+        if s.update_every < 1:
+            problems.append("navigation.update_every must be >= 1 (steps between pool updates).")
+        if problems:
+            raise ConfigError(" ".join(problems))
+        return s
+
+
 @dataclass(frozen=True)
 class AttributionSettings:
     """The parsed ``attribution`` field of ``EvolverGRPOConfig``."""
@@ -66,20 +128,9 @@ class AttributionSettings:
 
     @classmethod
     def parse(cls, value: dict | str | bool | None) -> AttributionSettings:
-        if value is None or value == "" or value is False:
+        value = _toggle_mapping(value, "attribution", '{"enabled": true, "alpha": 0.1, "judge": "reference"}')
+        if value is None:
             return cls()
-        if value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on")):
-            return cls(enabled=True)
-        if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off", "none", "null"):
-            return cls()
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"attribution={value!r} is neither true/false nor JSON ({e}); write e.g. "
-                                  '\'{"enabled": true, "alpha": 0.1, "judge": "reference"}\'.') from None  # fmt: skip
-        if not isinstance(value, dict):
-            raise ConfigError(f"attribution must be a mapping or true/false, got {type(value).__name__}.")
         known = {"enabled", "alpha", "judge", "alpha_decay", "cutoff", "judge_options"}
         unknown = sorted(set(value) - known)
         if unknown:
@@ -220,7 +271,12 @@ class EvolverGRPOConfig(GRPOConfig):
             "keywords, e.g. max_concurrency, model_kwargs); 'true'/'false' toggles it with the defaults."
         },
     )
-    experience: bool = field(default=False, metadata={"help": "Self-navigating: retrieve and strip experiences."})
+    navigation: dict | str | None = field(
+        default=None,
+        metadata={"help": "Self-navigating: true, or a mapping {enabled, eta: 0.5, top_k: 5, min_score, mode: "
+                  "strip|keep, boost_epsilon_high: 0.6, extractor: rules|<chat model>, extractor_options, "
+                  "update_every: 1, pool_dir (default output_dir/experience_pool), merge_threshold: 0.9}."},
+    )  # fmt: skip
     synthetic_tasks: bool = field(default=False, metadata={"help": "Self-questioning: train on synthesized tasks."})
 
     # -- TRL defaults we change ----------------------------------------------------------------
@@ -303,7 +359,11 @@ class EvolverGRPOConfig(GRPOConfig):
             )
         if self.use_vllm and self.vllm_mode != "server":
             problems.append("Rollouts go through an OpenAI-compatible endpoint, so only vllm_mode=server is supported.")
-        for name, issue in (("experience", "self-navigating"), ("synthetic_tasks", "self-questioning")):
+        try:
+            self.navigation_settings = NavigationSettings.parse(self.navigation)
+        except ConfigError as e:
+            problems.append(str(e))
+        for name, issue in (("synthetic_tasks", "self-questioning"),):
             if getattr(self, name):
                 problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
         try:

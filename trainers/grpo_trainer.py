@@ -156,6 +156,15 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self._loop = asyncio.new_event_loop()
         settings = args.attribution_settings
         self.judge = make_judge(settings.judge, **settings.judge_options) if settings.enabled else None
+        self.navigator = self.pool = self.extractor = None
+        nav = args.navigation_settings
+        if nav.enabled:  # self-navigating: the pool every rank retrieves from, built from training rollouts only
+            from langgraph_evolver.experience import FaissExperiencePool, Navigator, default_embeddings, make_extractor
+
+            pool_dir = nav.pool_dir or str(Path(args.output_dir) / "experience_pool")
+            self.pool = FaissExperiencePool(default_embeddings(), merge_threshold=nav.merge_threshold, path=pool_dir)
+            self.navigator = Navigator(self.pool, top_k=nav.top_k, min_score=nav.min_score)
+            self.extractor = make_extractor(nav.extractor, **nav.extractor_options)
 
     # -- batches ---------------------------------------------------------------------------------
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
@@ -198,12 +207,19 @@ class EvolverGRPOTrainer(GRPOTrainer):
         chat = PolicyChatModel(base_url=self.policy_base_url, model=model_name, temperature=self.temperature,
                                max_tokens=self.max_completion_length, timeout=600, max_retries=1)  # fmt: skip
 
+        guided = None
+        if self.navigator is not None:  # hybrid rollouts: the first round(eta * G) of each group are guided
+            n_guided = round(self.args.navigation_settings.eta * self.num_generations)
+            guided = [index < n_guided for _, _, index in items]
+
         async def run() -> list[Trajectory]:
             try:
                 return await arun_rollout_items(
                     self.args.agent_for_rollouts(),
                     items,
                     policy=chat,
+                    navigator=self.navigator,
+                    guided=guided,
                     context_template=self.args.context_for_user_agents(),
                     max_turns=self.args.max_turns,
                     require_policy=True,
@@ -246,7 +262,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
         per_rollout, adv = self._advantages(everything, step)
         samples: list[Sample] = []
         unsignalled: list[Trajectory] = []
-        for traj, step_advs in zip(trajectories, per_rollout[offset : offset + len(trajectories)], strict=True):
+        trainable = self._navigate(trajectories, step)
+        for traj, step_advs in zip(trainable, per_rollout[offset : offset + len(trajectories)], strict=True):
             values = transition_advantages(traj, step_advs)
             if values is None:
                 unsignalled.append(traj)
@@ -286,10 +303,57 @@ class EvolverGRPOTrainer(GRPOTrainer):
         return batches
 
     def _samples(self, trajectory: Trajectory, advantages: float | list[float]) -> list[Sample]:
-        """The training rows of one rollout (merging and length limits from the config)."""
+        """The training rows of one rollout (merging, length limits and selective boosting from the config)."""
         args = self.args
-        return trajectory_samples(trajectory, advantages, epsilon_high=self.epsilon_high,
+        epsilon_high: float | list[float] = self.epsilon_high
+        if self.navigator is not None:
+            from langgraph_evolver.experience import epsilon_highs
+
+            epsilon_high = epsilon_highs(trajectory, advantages, epsilon_high=self.epsilon_high,
+                                         boost=args.navigation_settings.boost_epsilon_high)  # fmt: skip
+            if any(e != self.epsilon_high for e in epsilon_high):
+                self._metrics["train"]["navigation/boosted_calls"].append(sum(e != self.epsilon_high
+                                                                              for e in epsilon_high))  # fmt: skip
+        return trajectory_samples(trajectory, advantages, epsilon_high=epsilon_high,
                                   merge=args.merge_prefix_transitions, max_length=self.max_sample_length)  # fmt: skip
+
+    def _navigate(self, trajectories: list[Trajectory], step: int) -> list[Trajectory]:
+        """Self-navigating: strip (or keep) the injected blocks, log, and update the pool from this step's rollouts."""
+        if self.navigator is None:
+            return trajectories
+        from accelerate.utils import broadcast_object_list
+
+        from langgraph_evolver.experience import Experience, extract_experiences, prepare_for_training
+
+        nav = self.args.navigation_settings
+        prepared = prepare_for_training(trajectories, self._tokenizer, mode=nav.mode)
+        m = self._metrics["train"]
+        ranks = gather_object([[t.to_dict() for t in trajectories]] if step % nav.update_every == 0 else
+                              [[{"reward": t.reward, "metadata": {"experience": t.metadata.get("experience")},
+                                 "experience_ids": list(t.experience_ids)} for t in trajectories]])  # fmt: skip
+        everything = [t for rank in ranks for t in rank]
+        guided = [t for t in everything if (t.get("metadata") or {}).get("experience")]
+        retrieved = [t for t in guided if t.get("experience_ids")]
+        m["navigation/guided_share"].append(len(guided) / len(everything) if everything else 0.0)
+        m["navigation/retrieved_share"].append(len(retrieved) / len(guided) if guided else 0.0)
+        for name, group in (("guided", guided), ("unguided", [t for t in everything if t not in guided])):
+            rewards = [t["reward"] for t in group if t.get("reward") is not None]
+            if rewards:
+                m[f"navigation/{name}_reward"].append(statistics.fmean(rewards))
+        m["navigation/strip_failed"].append(prepared.strip_failed)
+        for t in retrieved:  # use counts: every rank applies the same updates, so pools stay identical
+            self.pool.record_use(t["experience_ids"], succeeded=(t.get("reward") or 0.0) >= 1.0)
+        if step % nav.update_every == 0:
+            fresh: list = [None]
+            if self.accelerator.is_main_process:
+                result = extract_experiences([Trajectory.from_dict(t) for t in everything], self.extractor, step=step)
+                fresh = [[e.to_dict() for e in result.experiences]]
+            fresh = broadcast_object_list(fresh)
+            self.pool.add([Experience.from_dict(e) for e in fresh[0]])
+            if self.accelerator.is_main_process:
+                self.pool.save()
+        m["navigation/pool_size"].append(len(self.pool))
+        return prepared.trajectories
 
     def _attribute(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """Label every step GOOD/BAD with the judge (self-attributing); a judge failure is a fallback."""

@@ -1,0 +1,194 @@
+"""Self-navigating in rollouts and training: retrieve, inject, strip, boost.
+
+- **Retrieve.** ``Navigator.ablock_for(task, observation)``: the query is the task's system and
+  user text; the top-k experiences from the pool become one ``ExperienceBlock`` (cached per
+  query and pool version, so the guided rollouts of a group share one retrieval).
+- **Inject.** ``inject_experience(messages, block)`` appends the block to the first system
+  message of a prompt (a new system message when there is none). It is applied at prompt time
+  (our graph's ``agent`` node, ``EvolverMiddleware``, or the policy model handed to a factory),
+  after the context template, so no template can drop or compress it.
+- **Strip.** ``strip_block(transition, block, tokenizer)``: the guided prompt is decoded, the
+  block (with its separator) removed and the text re-tokenized: the row trains the policy to act
+  *without* the advice. Completions stay exactly as sampled; the old logprobs stay the behaviour
+  logprobs sampled under the guided prompt (``../shared/DESIGN.md`` says why). ``keep`` mode
+  trains on the guided prompt as it was.
+- **Boost.** ``epsilon_highs``: a guided call with a positive advantage and a non-empty retrieval
+  gets the wider upper clip bound (0.6); every other call the normal one.
+
+``prepare_for_training`` applies strip/keep to a batch of trajectories and returns what it did,
+so the trainer has one call and the figures to log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from ..context.templates import pin
+from ..types import Task, Trajectory, Transition
+from .types import Experience
+
+__all__ = [
+    "BLOCK_HEADER",
+    "BLOCK_SEPARATOR",
+    "ExperienceBlock",
+    "Navigator",
+    "epsilon_highs",
+    "format_block",
+    "inject_experience",
+    "prepare_for_training",
+    "retrieval_query",
+    "strip_block",
+]
+
+BLOCK_HEADER = "Experience from earlier tasks (follow it when it applies):"
+BLOCK_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExperienceBlock:
+    """What one guided rollout is shown: the experiences' ids and the exact injected text."""
+
+    ids: tuple[str, ...]
+    text: str
+    scores: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "text": self.text, "scores": list(self.scores)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperienceBlock:
+        return cls(ids=tuple(data["ids"]), text=data["text"], scores=tuple(data.get("scores") or ()))
+
+
+def format_block(experiences: Sequence[Experience]) -> str:
+    lines = [BLOCK_HEADER, *(f"- When {e.when_to_use.rstrip('.')}: {e.content}" for e in experiences)]
+    return "\n".join(lines)
+
+
+def retrieval_query(task: Task, observation: Any = None) -> str:
+    """The task's system and user text (the environment's opening messages), else its query."""
+    messages = getattr(observation, "messages", None) or []
+    parts = [m.get("content") or "" for m in messages if m.get("role") in ("system", "user")]
+    return "\n".join(p for p in parts if p) or task.query
+
+
+def inject_experience(messages: Sequence[BaseMessage], block: ExperienceBlock | None) -> list[BaseMessage]:
+    """``messages`` with ``block`` appended to the first system message (pinned), or as a new first one."""
+    out = list(messages)
+    if block is None or not block.text:
+        return out
+    for i, m in enumerate(out):
+        if isinstance(m, SystemMessage):
+            text = m.content if isinstance(m.content, str) else m.text
+            out[i] = pin(m.model_copy(update={"content": f"{text}{BLOCK_SEPARATOR}{block.text}",
+                                              "additional_kwargs": dict(m.additional_kwargs)}))  # fmt: skip
+            return out
+    return [pin(SystemMessage(block.text)), *out]
+
+
+@dataclass
+class Navigator:
+    """Retrieval for rollouts: ``pool``, ``top_k``, an optional ``min_score``; cached per query and pool version."""
+
+    pool: Any
+    top_k: int = 5
+    min_score: float | None = None
+    _cache: dict[tuple[str, int], ExperienceBlock | None] = field(default_factory=dict)
+
+    async def ablock_for(self, task: Task, observation: Any = None) -> ExperienceBlock | None:
+        query = retrieval_query(task, observation)
+        key = (query, int(getattr(self.pool, "version", 0)))
+        if key not in self._cache:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            hits = await self.pool.aretrieve(query, k=self.top_k, min_score=self.min_score) if len(self.pool) else []
+            self._cache[key] = (
+                ExperienceBlock(
+                    ids=tuple(e.id for e, _ in hits),
+                    text=format_block([e for e, _ in hits]),
+                    scores=tuple(round(float(s), 4) for _, s in hits),
+                )  # fmt: skip
+                if hits
+                else None
+            )
+        return self._cache[key]
+
+    def block_for(self, task: Task, observation: Any = None) -> ExperienceBlock | None:
+        return asyncio.run(self.ablock_for(task, observation))
+
+
+def strip_block(transition: Transition, block: ExperienceBlock, tokenizer: Any) -> Transition | None:
+    """The transition with ``block`` removed from its prompt and the prompt re-tokenized; ``None`` if absent.
+
+    ``experience_span`` records the block's token span in the guided prompt.
+    """
+    text = tokenizer.decode(list(transition.prompt_ids), skip_special_tokens=False)
+    needle = BLOCK_SEPARATOR + block.text
+    start = text.find(needle)
+    if start < 0:
+        needle, start = block.text, text.find(block.text)
+        if start < 0:
+            return None
+    stripped = list(tokenizer(text[:start] + text[start + len(needle) :], add_special_tokens=False).input_ids)
+    span_start = len(tokenizer(text[:start], add_special_tokens=False).input_ids)
+    span = (span_start, span_start + len(transition.prompt_ids) - len(stripped))
+    return replace(transition, prompt_ids=tuple(stripped), experience_span=span)
+
+
+def epsilon_highs(trajectory: Trajectory, advantages: float | Sequence[float], *, epsilon_high: float,
+                  boost: float | None) -> list[float]:  # fmt: skip
+    """The upper clip bound of each trained call: ``boost`` for guided calls with retrieval and a positive advantage."""
+    n = len(trajectory.transitions)
+    values = [float(advantages)] * n if isinstance(advantages, int | float) else [float(a) for a in advantages]
+    guided = bool((trajectory.metadata.get("experience") or {}).get("ids")) and bool(trajectory.experience_ids)
+    if boost is None or not guided:
+        return [epsilon_high] * n
+    return [boost if a > 0 else epsilon_high for a in values]
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """What ``prepare_for_training`` did to a batch."""
+
+    trajectories: list[Trajectory]
+    guided: int = 0
+    stripped: int = 0
+    strip_failed: int = 0
+
+
+def prepare_for_training(trajectories: Sequence[Trajectory], tokenizer: Any, *, mode: str = "strip") -> PreparedBatch:
+    """Strip the injected block from every guided transition (``mode="strip"``), or keep it (``"keep"``)."""
+    if mode not in ("strip", "keep"):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"navigation mode must be 'strip' or 'keep', got {mode!r}.")
+    out = PreparedBatch(trajectories=[])
+    for traj in trajectories:
+        info = traj.metadata.get("experience") or {}
+        if not info.get("ids"):
+            out.trajectories.append(traj)
+            continue
+        out.guided += 1
+        if mode == "keep":
+            out.trajectories.append(traj)
+            continue
+        block = ExperienceBlock.from_dict(info)
+        steps = []
+        for step in traj.steps:
+            if step.transition is None:
+                steps.append(step)
+                continue
+            new = strip_block(step.transition, block, tokenizer)
+            if new is None:
+                out.strip_failed += 1
+                steps.append(step)
+            else:
+                out.stripped += 1
+                steps.append(replace(step, transition=new))
+        out.trajectories.append(replace(traj, steps=tuple(steps)))
+    return out
