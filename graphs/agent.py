@@ -1,6 +1,6 @@
 """Our reference agent: a tool-using LangGraph graph, built like any user's agent.
 
-    START → start → agent ⇄ tools → … → END
+    START → start → retrieve_experience → agent ⇄ tools (→ manage_context) → … → END
 
 It is one user of the drop-in seams (``langgraph_evolver/dropin.py``): ``create_agent_graph(model,
 tools)`` is a ``build(model, tools)`` factory, the rollout runner records it with the same
@@ -69,6 +69,8 @@ class AgentState(TypedDict, total=False):
     turn: int
     context_stats: Annotated[list[dict[str, Any]], operator.add]
     """One entry per context-management step (``managing`` template): valid, removed, compressed, …"""
+    experience: dict[str, Any] | None
+    """The experience block this rollout is guided by (self-navigating): ids, the injected text, scores."""
 
 
 def environment_input(task: Task, observation: Observation) -> dict[str, Any]:
@@ -171,6 +173,13 @@ def create_agent_graph(
             return {"turn": 0}
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *opening, *messages], "turn": 0}
 
+    async def retrieve_experience(state: AgentState) -> dict[str, Any]:
+        """Self-navigating, visible in the graph: the block the rollout runner retrieved for this task
+        (``None`` when unguided). It is injected into every policy prompt, after the template."""
+        rollout = current_rollout()
+        block = rollout.experience if rollout is not None else None
+        return {"experience": block.to_dict() if block is not None else None}
+
     async def agent(state: AgentState) -> dict[str, Any]:
         available = tools_now()
         try:
@@ -215,8 +224,10 @@ def create_agent_graph(
     if managing:
         builder.add_node("manage_context", manage_context)
         builder.add_edge("manage_context", "agent")
+    builder.add_node("retrieve_experience", retrieve_experience)
     builder.add_edge(START, "start")
-    builder.add_edge("start", "agent")
+    builder.add_edge("start", "retrieve_experience")
+    builder.add_edge("retrieve_experience", "agent")
     builder.add_conditional_edges("agent", after_agent)
     builder.add_conditional_edges("tools", after_tools, ["agent", END, *(["manage_context"] if managing else [])])
     return builder.compile(name=name)

@@ -357,7 +357,13 @@ async def arun_episode(
         navigation = {"experience": {"guided": True, **(block.to_dict() if block else {"ids": [], "text": ""})}}
     config: dict[str, Any] = {
         "callbacks": _with_handler(callbacks, recorder) if capture else callbacks,
-        "metadata": trace_metadata(task.id, group_id, rollout_index, trajectory_id=trajectory_id),
+        "metadata": trace_metadata(
+            task.id,
+            group_id,
+            rollout_index,
+            trajectory_id=trajectory_id,
+            **({"experience_ids": list(rollout.experience.ids)} if rollout.experience else {}),
+        ),
         "run_name": f"rollout {task.id} #{rollout_index}",
         "recursion_limit": recursion_limit,
     }
