@@ -41,8 +41,8 @@ def paired(unguided, guided) -> dict[str, float]:
     for traj in guided:
         by_task[traj.task.id][1].append(traj.reward or 0.0)
     diffs = [statistics.fmean(g) - statistics.fmean(u) for u, g in by_task.values()]
-    return {"gain": round(statistics.fmean(diffs), 4),
-            "gain_stderr": round(statistics.stdev(diffs) / len(diffs) ** 0.5, 4) if len(diffs) > 1 else 0.0}  # fmt: skip
+    stderr = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
+    return {"gain": round(statistics.fmean(diffs), 4), "gain_stderr": round(stderr, 4)}
 
 
 async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dict:
