@@ -1,10 +1,10 @@
 """Self-navigating without training: an agent made better (or not) at inference by retrieval alone.
 
 1. The agent runs on training tasks; the rules extractor distils its rollouts into experiences;
-   they go into a faiss pool keyed by MiniLM embeddings (``examples/…/pool``, reusable).
-2. On the held-out split, every task is run k times unguided and k times guided (the top-5
-   experiences for the task injected into the system prompt), and the two are compared task by
-   task (paired: the difference's standard error is over tasks).
+   they go into a faiss pool keyed by MiniLM embeddings (``runs/navigate_inference/pool``).
+2. On the held-out split, every task is run k times unguided and k times guided (the top-k
+   experiences for the task, default 3, injected into the system prompt), and the two are compared
+   task by task (paired: the difference's standard error is over tasks).
 
     python examples/navigate_inference.py                 # tiny policy, local CPU server (~6 min)
     python examples/navigate_inference.py --quick         # ~2 min
@@ -62,7 +62,7 @@ async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dic
         pool = FaissExperiencePool(default_embeddings())
         pool.add(result.experiences)
         pool.save(args.pool_dir)
-        navigator = Navigator(pool, top_k=5)
+        navigator = Navigator(pool, top_k=args.top_k)
         unguided = await rollouts(agent, test, policy=policy, k=k, progress="held-out, unguided")
         guided = await rollouts(agent, test, policy=policy, k=k, navigator=navigator, guided=True,
                                 progress="held-out, guided")  # fmt: skip
@@ -83,6 +83,7 @@ def main() -> None:
     p.add_argument("--model", help="the model name at --base-url")
     p.add_argument("--agent", help="your agent, 'my_pkg.agent:build_agent' (default: our reference agent)")
     p.add_argument("--pool-dir", type=Path, default=Path("runs/navigate_inference/pool"))
+    p.add_argument("--top-k", type=int, default=3, help="experiences injected per guided rollout")
     args = p.parse_args()
     if args.base_url:
         figures = asyncio.run(main_async(args, args.base_url, args.model))
