@@ -64,18 +64,36 @@ class EvolverMiddleware(AgentMiddleware):
         tool = rollout.tool(request.tool_call["name"])
         return request.override(tool=tool) if tool is not None else request
 
-    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        from .context import SelfManagingTemplate, amanage_context
+    @staticmethod
+    def _managing() -> tuple[Any, Any] | None:
+        from .context import SelfManagingTemplate
 
         rollout = current_rollout()
         if rollout is None or not isinstance(rollout.context_template, SelfManagingTemplate):
             return None
-        template = rollout.context_template
+        return rollout, rollout.context_template
+
+    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The ``managing`` template's context-management step (nothing otherwise)."""
+        from .context import amanage_context
+
+        found = self._managing()
+        if found is None:
+            return None
+        rollout, template = found
         edit = await amanage_context(state["messages"], template.resolve_manager(rollout.policy), template)
         if edit is None:
             return None
         rollout.context_stats.append(edit.stats())
         return {"messages": edit.updates} if edit.updates else None
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Sync twin (``agent.invoke``): a no-op outside a managing rollout, so production agents are untouched."""
+        if self._managing() is None:
+            return None
+        from .attribution.judges import run_sync
+
+        return run_sync(self.abefore_model(state, runtime))
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return handler(self._model_request(request))

@@ -265,3 +265,24 @@ def test_turn_limit_stops_any_graph():
     assert traj.finish_reason == "max_turns" and len(traj.steps) == 3
     # the middleware sent the tool calls to the rollout's sandbox, not to the agent's own tool
     assert all('"balance"' in s.observations[0].content for s in traj.steps)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream"])
+def test_the_middleware_leaves_a_production_agent_alone(mode):
+    """Outside a rollout: the agent's own model and tools, sync or async, nothing recorded or routed."""
+    from langchain.agents import create_agent
+
+    from langgraph_evolver import EvolverMiddleware
+
+    model = ScriptedChatModel([AIMessage("", tool_calls=[{"name": "get_balance", "args": {}, "id": "g"}]),
+                               AIMessage("230")])  # fmt: skip
+    agent = create_agent(model, [get_balance], middleware=[EvolverMiddleware()])
+    inputs = {"messages": [("user", "balance?")]}
+    if mode == "invoke":
+        out = agent.invoke(inputs)
+    elif mode == "ainvoke":
+        out = asyncio.run(agent.ainvoke(inputs))
+    else:
+        out = [c for c in agent.stream(inputs, stream_mode="values")][-1]
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "ai"]
+    assert out["messages"][2].content == "{'balance': 230}" and out["messages"][-1].content == "230"
