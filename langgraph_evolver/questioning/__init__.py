@@ -1,0 +1,1 @@
+"""Self-questioning: explore an environment, synthesize tasks, filter them, store them."""

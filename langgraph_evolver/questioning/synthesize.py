@@ -1,0 +1,206 @@
+"""An offline, deterministic task synthesizer over exploration trajectories.
+
+From each exploration trajectory it picks short sub-sequences (1-3 calls: the difficulty) of
+successful calls that change state or read something non-empty, and writes a task for each:
+the query is phrased generically from the tool names, arguments and the entity they act on (or
+by a per-environment ``describer``), the reference solution is the calls themselves, and the
+world is the exploration's (``env`` and ``env_params``), so a fresh instance rebuilds it. The
+checker of such a task is the state its reference produces (feasibility-filtered afterwards).
+
+It never looks at an environment's seed-task templates; ``phrasing_overlap`` measures how close
+the synthetic queries are to the seed queries anyway, so "synthetic ≈ seed" can be checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
+
+from .profile import READ_VERBS, tool_entity, tool_verb
+
+__all__ = ["SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
+
+SYNTHESIZER_NAME = "offline-schema"
+Describer = Callable[[Sequence[tuple[ToolCall, ToolObservation]]], "str | None"]
+"""``describer(calls_with_observations) -> query``; ``None`` falls back to the generic phrasing."""
+
+_VERB_PHRASES = {
+    "get": "look up", "list": "list", "search": "search", "find": "find", "read": "read",
+    "fetch": "fetch", "show": "show", "count": "count", "check": "check", "create": "create",
+    "add": "add", "new": "create", "save": "save", "update": "update", "edit": "edit", "set": "set",
+    "move": "move", "rename": "rename", "complete": "complete", "mark": "mark", "delete": "delete",
+    "remove": "remove", "cancel": "cancel", "clear": "clear", "send": "send", "book": "book",
+    "pay": "pay", "request": "request", "post": "post", "reply": "reply to",
+}  # fmt: skip
+_OPENINGS = ("", "Please ", "Could you ", "I need you to ", "Go ahead and ")
+_JOINERS = (", then ", "; after that, ", " and then ", ". Next, ")
+_READ_ENDINGS = (" and tell me what you find", " and report back", "")
+_EMPTY = {"", "[]", "{}", "null", "none", '""'}
+
+
+def _value(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) else json.dumps(value)
+
+
+def _clause(call: ToolCall, rng: random.Random) -> str:
+    verb, noun = tool_verb(call.name), tool_entity(call.name).replace("_", " ")
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    ids = [f"{k[:-3].replace('_', ' ')} {v}" for k, v in args.items() if k.endswith("_id")]
+    rest = [f"{k.replace('_', ' ')} {_value(v)}" for k, v in args.items() if not k.endswith("_id")]
+    first_own = bool(ids) and next(k for k in args if k.endswith("_id"))[:-3] == tool_entity(call.name)
+    article = "an" if noun[:1] in "aeiou" else "a"
+    if verb == "other":
+        text = f"use {call.name}"
+    elif verb in ("list", "search", "find"):
+        text = f"{_VERB_PHRASES[verb]} the {noun}s" + (f" for {' and '.join(ids)}" if ids else "")
+    elif first_own:
+        text = f"{_VERB_PHRASES[verb]} {ids[0]}" + (f" for {' and '.join(ids[1:])}" if ids[1:] else "")
+    else:
+        text = f"{_VERB_PHRASES[verb]} {article} {noun}" + (f" for {' and '.join(ids)}" if ids else "")
+    if rest:
+        text += " with " + ", ".join(rest)
+    if rng.random() < 0.35:
+        text += f" (use {call.name})"
+    return text
+
+
+def describe_calls(pairs: Sequence[tuple[ToolCall, ToolObservation]], *, seed: int = 0) -> str:
+    """A generic English request for a sequence of calls, built from names and arguments only.
+
+    Example:
+        >>> from langgraph_evolver.types import ToolCall, ToolObservation
+        >>> call = ToolCall(name="complete_todo", arguments={"todo_id": 2})
+        >>> describe_calls([(call, ToolObservation(call_id="", name="complete_todo", content="{}"))], seed=1)
+        'Complete todo 2.'
+    """
+    rng = random.Random(seed)
+    clauses = [_clause(call, rng) for call, _ in pairs]
+    text = clauses[0]
+    for clause in clauses[1:]:
+        text += rng.choice(_JOINERS) + clause
+    if tool_verb(pairs[-1][0].name) in READ_VERBS:
+        text += rng.choice(_READ_ENDINGS)
+    text = rng.choice(_OPENINGS) + text
+    return text[0].upper() + text[1:] + ("?" if text.startswith(("Could", "could")) else ".")
+
+
+def _successful(trajectory: Trajectory) -> list[tuple[ToolCall, ToolObservation]]:
+    pairs = []
+    for step in trajectory.steps:
+        for call, obs in zip(step.action.tool_calls, step.observations, strict=False):
+            if not obs.is_error:
+                pairs.append((call, obs))
+    return pairs
+
+
+def _useful(pair: tuple[ToolCall, ToolObservation]) -> bool:
+    call, obs = pair
+    reads = tool_verb(call.name) in READ_VERBS
+    return not reads or obs.content.strip().lower() not in _EMPTY
+
+
+def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    values = [v for k, v in args.items() if k.endswith("_id") or k == "id"]
+    return any(re.search(rf"(?<![\w-]){re.escape(str(v))}(?![\w-])", obs.content) for v in values)
+
+
+def _sequences(pairs: list[tuple[ToolCall, ToolObservation]], max_ops: int) -> Iterable[list[int]]:
+    for i in range(len(pairs)):
+        for k in range(1, max_ops + 1):
+            if i - k + 1 >= 0:
+                yield list(range(i - k + 1, i + 1))
+        producers = [j for j in range(i) if _mentions(pairs[j][1], pairs[i][0])]
+        if producers and producers[-1] < i - 1:
+            yield [producers[-1], i]
+
+
+def synthesize(
+    trajectory: Trajectory,
+    *,
+    max_ops: int = 3,
+    max_tasks: int | None = None,
+    seed: int = 0,
+    describer: Describer | None = None,
+) -> list[Task]:
+    """Write tasks from one exploration trajectory (deterministic for a seed).
+
+    Args:
+        trajectory: an exploration trajectory (``explore``); its task gives ``env`` and
+            ``env_params``.
+        max_ops: the most calls in one task (difficulty = number of calls, 1-3 by default).
+        max_tasks: keep at most this many (sampled with ``seed``); ``None`` keeps all.
+        seed: seeds the phrasing choices and the sampling.
+        describer: optional per-environment ``describer(pairs) -> query``.
+
+    Returns:
+        New ``Task`` objects, each with its own id ``synthetic-<hash>`` (never the seed's),
+        ``source="synthetic"``, a fresh reference tuple, and metadata ``level``,
+        ``confidence``, ``exploration_id``, ``synthesizer``.
+    """
+    pairs = _successful(trajectory)
+    tasks: dict[str, Task] = {}
+    for index in _sequences(pairs, max_ops):
+        chosen = [pairs[j] for j in index]
+        if not all(_useful(p) for p in chosen):
+            continue
+        reference = tuple(
+            ToolCall(name=c.name, arguments=dict(c.arguments) if isinstance(c.arguments, dict) else c.arguments)
+            for c, _ in chosen
+        )
+        key = json.dumps(
+            [trajectory.task.env, trajectory.task.env_params, [c.to_dict() for c in reference]],
+            sort_keys=True,
+            default=str,
+        )
+        digest = hashlib.sha1(key.encode()).hexdigest()
+        task_id = f"synthetic-{digest[:16]}"
+        if task_id in tasks:
+            continue
+        query = describer(chosen) if describer is not None else None
+        if not query:
+            query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
+        tasks[task_id] = Task(
+            id=task_id,
+            query=query,
+            env=trajectory.task.env,
+            env_params=json.loads(json.dumps(trajectory.task.env_params, default=str)),
+            reference_solution=reference,
+            source="synthetic",
+            metadata={
+                "level": len(reference),
+                "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
+                "exploration_id": trajectory.id,
+                "synthesizer": SYNTHESIZER_NAME if describer is None else f"{SYNTHESIZER_NAME}+describer",
+            },
+        )
+    out = list(tasks.values())
+    if max_tasks is not None and len(out) > max_tasks:
+        out = random.Random(seed).sample(out, max_tasks)
+    return out
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def phrasing_overlap(synthetic: Sequence[Task | str], seed_tasks: Sequence[Task | str]) -> float:
+    """Mean over synthetic queries of the highest token-Jaccard similarity to any seed query.
+
+    1.0 means every synthetic query repeats a seed query word for word (as a bag of words);
+    0.0 means no shared words. Returns 0.0 when either side is empty.
+    """
+    seeds = [_tokens(t if isinstance(t, str) else t.query) for t in seed_tasks]
+    if not synthetic or not seeds:
+        return 0.0
+    best = []
+    for item in synthetic:
+        tokens = _tokens(item if isinstance(item, str) else item.query)
+        best.append(max((len(tokens & s) / len(tokens | s) if tokens | s else 0.0) for s in seeds))
+    return sum(best) / len(best)
