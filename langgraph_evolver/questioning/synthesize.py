@@ -111,14 +111,32 @@ def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
     return any(re.search(rf"(?<![\w-]){re.escape(str(v))}(?![\w-])", obs.content) for v in values)
 
 
+_CREATES = frozenset({"create", "add", "new", "save", "send", "book", "post", "request", "insert"})
+
+
+def _with_producers(pairs: list[tuple[ToolCall, ToolObservation]], window: list[int]) -> list[int]:
+    """``window`` plus the calls that created the ids it uses (a fresh world lacks them)."""
+    chosen = set(window)
+    for i in window:
+        for j in range(i - 1, -1, -1):
+            if tool_verb(pairs[j][0].name) in _CREATES and _mentions(pairs[j][1], pairs[i][0]):
+                chosen.add(j)
+                break
+    return sorted(chosen)
+
+
 def _sequences(pairs: list[tuple[ToolCall, ToolObservation]], max_ops: int) -> Iterable[list[int]]:
     for i in range(len(pairs)):
         for k in range(1, max_ops + 1):
             if i - k + 1 >= 0:
-                yield list(range(i - k + 1, i + 1))
+                seq = _with_producers(pairs, list(range(i - k + 1, i + 1)))
+                if len(seq) <= max_ops:
+                    yield seq
         producers = [j for j in range(i) if _mentions(pairs[j][1], pairs[i][0])]
         if producers and producers[-1] < i - 1:
-            yield [producers[-1], i]
+            seq = _with_producers(pairs, [producers[-1], i])
+            if len(seq) <= max_ops:
+                yield seq
 
 
 def synthesize(

@@ -1,0 +1,266 @@
+"""Filters for synthesized tasks: invalid references, near-duplicates, infeasible references.
+
+1. ``drop_invalid``: no reference, an empty one, arguments that are not an object, or a tool the
+   environment does not have.
+2. ``DuplicateIndex`` / ``drop_duplicates``: embedding cosine (MiniLM by default) against the
+   tasks already kept, the seed training tasks and the held-out tasks; a candidate at or above
+   ``threshold`` is dropped, so a held-out task is never re-synthesized.
+3. ``check_feasibility``: replay the reference in a fresh instance (``env_factory(task)``, reset
+   with the task's ``env_params``); keep the task only if no call returns an error observation,
+   the replay changes the state or reads something non-empty, and where the environment can
+   score the task from its reference (the sandbox), the reference scores 1.0 against itself.
+
+``filter_tasks`` chains them and returns the kept tasks with a ``FilterReport`` of what each
+filter removed and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_evolver.types import Action, Task
+
+from .profile import READ_VERBS, tool_verb
+
+__all__ = [
+    "DuplicateIndex",
+    "FilterReport",
+    "check_feasibility",
+    "drop_duplicates",
+    "drop_invalid",
+    "filter_tasks",
+    "state_fingerprint",
+]
+
+EnvFactory = Callable[[Task], Any]
+"""``env_factory(task) -> Environment``: a fresh instance for the task (not yet reset)."""
+_EMPTY = {"", "[]", "{}", "null", "none", '""'}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilterReport:
+    """What the filters did to a batch of candidates."""
+
+    candidates: int = 0
+    """Tasks that entered the filters."""
+    kept: int = 0
+    """Tasks that passed every filter."""
+    removed: dict[str, int] = field(default_factory=dict)
+    """Tasks removed by each filter: ``invalid``, ``duplicate``, ``infeasible``."""
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Why, counted by reason (``duplicate of held-out``, ``error observation``, ...)."""
+
+    def merge(self, other: FilterReport) -> FilterReport:
+        """The sum of two reports."""
+        return FilterReport(
+            candidates=self.candidates + other.candidates,
+            kept=self.kept + other.kept,
+            removed=dict(Counter(self.removed) + Counter(other.removed)),
+            reasons=dict(Counter(self.reasons) + Counter(other.reasons)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def drop_invalid(tasks: Sequence[Task], *, tool_names: Sequence[str] | None = None) -> tuple[list[Task], Counter[str]]:
+    """Drop tasks whose reference is missing, empty, malformed or calls an unknown tool."""
+    kept, reasons = [], Counter[str]()
+    known = set(tool_names) if tool_names is not None else None
+    for task in tasks:
+        ref = task.reference_solution
+        if not ref:
+            reasons["empty reference"] += 1
+        elif not task.query.strip():
+            reasons["empty query"] += 1
+        elif any(not isinstance(c.arguments, dict) for c in ref):
+            reasons["arguments not an object"] += 1
+        elif known is not None and any(c.name not in known for c in ref):
+            reasons["unknown tool"] += 1
+        else:
+            kept.append(task)
+    return kept, reasons
+
+
+def _normalize(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+class DuplicateIndex:
+    """Queries already taken (kept, seed, held-out), searched by embedding cosine.
+
+    Args:
+        embeddings: LangChain ``Embeddings``; ``None`` loads the offline MiniLM model on first use.
+        threshold: cosine at or above which a query is a near-duplicate.
+    """
+
+    def __init__(self, embeddings: Any = None, *, threshold: float = 0.9) -> None:
+        self.threshold = threshold
+        self._embeddings = embeddings
+        self._vectors: list[Any] = []
+        self._labels: list[str] = []
+        self._exact: dict[str, str] = {}
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Unit-norm embeddings of ``texts`` (a numpy array, one row per text)."""
+        import numpy as np
+
+        if self._embeddings is None:
+            from langgraph_evolver.experience import default_embeddings
+
+            self._embeddings = default_embeddings()
+        vectors = np.asarray(self._embeddings.embed_documents(list(texts)), dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+    def add(self, queries: Sequence[str], label: str, vectors: Any = None) -> None:
+        """Add ``queries`` under ``label`` (``kept``, ``seed``, ``held-out``)."""
+        if not queries:
+            return
+        self._vectors.extend(self.embed(queries) if vectors is None else vectors)
+        self._labels.extend([label] * len(queries))
+        for q in queries:
+            self._exact.setdefault(_normalize(q), label)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def match(self, queries: Sequence[str], vectors: Any = None) -> list[tuple[str, float] | None]:
+        """For each query, ``(label, cosine)`` of its nearest entry at or above the threshold."""
+        import numpy as np
+
+        if not queries:
+            return []
+        out: list[tuple[str, float] | None] = [None] * len(queries)
+        if self._vectors:
+            vectors = self.embed(queries) if vectors is None else vectors
+            sims = vectors @ np.stack(self._vectors).T
+            for i, row in enumerate(sims):
+                j = int(row.argmax())
+                if row[j] >= self.threshold:
+                    out[i] = (self._labels[j], float(row[j]))
+        for i, q in enumerate(queries):
+            if out[i] is None and _normalize(q) in self._exact:
+                out[i] = (self._exact[_normalize(q)], 1.0)
+        return out
+
+
+def drop_duplicates(tasks: Sequence[Task], index: DuplicateIndex) -> tuple[list[Task], Counter[str]]:
+    """Drop near-duplicates of the index and of each other; kept queries join the index."""
+    kept, reasons = [], Counter[str]()
+    vectors = index.embed([t.query for t in tasks]) if tasks else []
+    for task, vector in zip(tasks, vectors, strict=True):
+        hit = index.match([task.query], vector[None, :])[0]
+        if hit is not None:
+            reasons[f"duplicate of {hit[0]}"] += 1
+            continue
+        index.add([task.query], "kept", vector[None, :])
+        kept.append(task)
+    return kept, reasons
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return sorted(([repr(k), _plain(v)] for k, v in value.items()), key=lambda kv: kv[0])
+    if isinstance(value, set | frozenset):
+        return sorted(repr(_plain(v)) for v in value)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return repr(value)
+
+
+def state_fingerprint(env: Any) -> str:
+    """A comparable snapshot of an environment's state (its ``world`` or ``state``), by value."""
+    state = getattr(env, "world", None)
+    if state is None:
+        state = getattr(env, "state", None)
+    return json.dumps(_plain(state), sort_keys=True, default=repr)
+
+
+def check_feasibility(
+    task: Task, env_factory: EnvFactory, *, fingerprint: Callable[[Any], Any] = state_fingerprint
+) -> tuple[str | None, dict[str, Any]]:
+    """Replay ``task``'s reference in a fresh instance.
+
+    Returns:
+        ``(reason, info)``: ``reason`` is ``None`` when the task is feasible, else why not;
+        ``info`` has ``score`` (``None`` when the environment cannot score the task),
+        ``state_changed`` and ``read``.
+    """
+    env = env_factory(task)
+    info: dict[str, Any] = {"score": None, "state_changed": False, "read": False}
+    try:
+        env.reset(task)
+        before = fingerprint(env)
+        for call in task.reference_solution or ():
+            result = env.step(Action(tool_calls=(call,)))
+            for obs in result.observations:
+                if obs.is_error:
+                    return f"error observation from {call.name}", info
+                if tool_verb(call.name) in READ_VERBS and obs.content.strip().lower() not in _EMPTY:
+                    info["read"] = True
+        info["state_changed"] = fingerprint(env) != before
+        if not info["state_changed"] and not info["read"]:
+            return "no state change and nothing read", info
+        try:
+            info["score"] = float(env.evaluate())
+        except Exception:  # the environment cannot score this task itself: a judge will
+            info["score"] = None
+        if info["score"] is not None and info["score"] < 1.0:
+            return "reference does not score 1.0 against itself", info
+        return None, info
+    finally:
+        env.close()
+
+
+def filter_tasks(
+    candidates: Sequence[Task],
+    *,
+    env_factory: EnvFactory,
+    index: DuplicateIndex,
+    tool_names: Sequence[str] | None = None,
+    fingerprint: Callable[[Any], Any] = state_fingerprint,
+) -> tuple[list[Task], FilterReport]:
+    """Run the three filters in order (invalid, duplicate, feasibility).
+
+    Feasibility runs before a task joins the duplicate index, so an infeasible task never
+    blocks a feasible near-duplicate. Kept tasks get ``metadata["filters"]`` (the filters
+    passed) and ``metadata["feasibility"]`` (the replay's score and effects).
+    """
+    valid, invalid = drop_invalid(candidates, tool_names=tool_names)
+    vectors = index.embed([t.query for t in valid]) if valid else []
+    kept: list[Task] = []
+    duplicate, infeasible = Counter[str](), Counter[str]()
+    for task, vector in zip(valid, vectors, strict=True):
+        hit = index.match([task.query], vector[None, :])[0]
+        if hit is not None:
+            duplicate[f"duplicate of {hit[0]}"] += 1
+            continue
+        reason, info = check_feasibility(task, env_factory, fingerprint=fingerprint)
+        if reason is not None:
+            infeasible[reason] += 1
+            continue
+        index.add([task.query], "kept", vector[None, :])
+        metadata = {**task.metadata, "filters": ["valid", "novel", "feasible"], "feasibility": info}
+        kept.append(dataclasses.replace(task, metadata=metadata))
+    report = FilterReport(
+        candidates=len(candidates),
+        kept=len(kept),
+        removed={
+            "invalid": sum(invalid.values()),
+            "duplicate": sum(duplicate.values()),
+            "infeasible": sum(infeasible.values()),
+        },
+        reasons=dict(invalid + duplicate + infeasible),
+    )
+    return kept, report
