@@ -42,13 +42,13 @@ class _Seen:
     step: int
 
 
-def exploration_task(seed_task: Task | None = None, *, env: str = "sandbox", seed: int = 0) -> Task:
+def exploration_task(seed_task: Task | None = None, *, env: str | None = None, seed: int = 0) -> Task:
     """The task an exploration resets the environment with: the seed task's world, all tools.
 
     The seed task's ``env`` and ``env_params`` are kept (they define the world); its query and
     metadata are not (the sandbox would otherwise show only the seed task's apps).
     """
-    env_name = seed_task.env if seed_task is not None else env
+    env_name = env or (seed_task.env if seed_task is not None else "sandbox")
     params = dict(seed_task.env_params) if seed_task is not None else {}
     digest = hashlib.sha1(json.dumps([env_name, params, seed], sort_keys=True, default=str).encode()).hexdigest()
     metadata = {"seed_task_id": seed_task.id} if seed_task is not None else {}

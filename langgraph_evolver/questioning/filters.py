@@ -61,12 +61,16 @@ class FilterReport:
         return FilterReport(
             candidates=self.candidates + other.candidates,
             kept=self.kept + other.kept,
-            removed=dict(Counter(self.removed) + Counter(other.removed)),
-            reasons=dict(Counter(self.reasons) + Counter(other.reasons)),
+            removed=_add(self.removed, other.removed),
+            reasons=_add(self.reasons, other.reasons),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in [*a, *(k for k in b if k not in a)]}
 
 
 def drop_invalid(tasks: Sequence[Task], *, tool_names: Sequence[str] | None = None) -> tuple[list[Task], Counter[str]]:

@@ -7,13 +7,14 @@ gives ``Task.to_dict`` lines that ``langgraph_evolver.types.read_jsonl(path, Tas
 Example:
     >>> from langgraph_evolver.types import Task
     >>> with TaskStore(":memory:") as store:
-    ...     store.add(Task(id="synthetic-1", query="List the todos.", source="synthetic"), synthesizer="demo")
+    ...     _ = store.add(Task(id="synthetic-1", query="List the todos.", source="synthetic"), synthesizer="demo")
     ...     [t.id for t in store.list()], store.provenance("synthetic-1")["synthesizer"]
     (['synthetic-1'], 'demo')
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import random
 import sqlite3
@@ -107,9 +108,9 @@ class TaskStore:
             raise KeyError(f"No task {task_id!r} in {self.path}")
         return Task.from_dict(json.loads(row[0]))
 
-    def list(self, *, source: str | None = None, limit: int | None = None) -> list[Task]:
+    def list(self, *, source: str | None = None, limit: int | None = None) -> builtins.list[Task]:
         """Tasks in insertion order, optionally of one ``source``."""
-        sql, args = "SELECT task FROM tasks", []
+        sql, args = "SELECT task FROM tasks", list[Any]()
         if source is not None:
             sql, args = sql + " WHERE source = ?", [source]
         sql += " ORDER BY seq"
@@ -117,7 +118,7 @@ class TaskStore:
             sql, args = sql + " LIMIT ?", [*args, limit]
         return [Task.from_dict(json.loads(r[0])) for r in self.db.execute(sql, args)]
 
-    def sample(self, n: int, *, seed: int = 0, source: str | None = None) -> list[Task]:
+    def sample(self, n: int, *, seed: int = 0, source: str | None = None) -> builtins.list[Task]:
         """``n`` tasks drawn without replacement (all of them when fewer), reproducibly."""
         tasks = self.list(source=source)
         return random.Random(seed).sample(tasks, min(n, len(tasks)))

@@ -1,0 +1,147 @@
+"""``synthesize_tasks``: explore -> synthesize -> filter until ``n`` tasks are kept.
+
+Each round explores one world (the next seed training task's ``env_params``, or the default
+world when the environment has no tasks) with the schema-driven explorer, writes candidate
+tasks with the offline synthesizer and filters them against everything kept so far, the seed
+training tasks and the held-out tasks. Stops at ``n`` kept tasks or after ``max_explorations``
+rounds, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_evolver.types import Task
+
+from .explore import exploration_task, explore
+from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
+from .synthesize import Describer, phrasing_overlap, synthesize
+
+__all__ = ["PipelineReport", "synthesize_tasks"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineReport:
+    """What one ``synthesize_tasks`` run did."""
+
+    env: str
+    """The environment explored."""
+    requested: int
+    """How many tasks were asked for."""
+    kept: int
+    """How many were kept (at most ``requested``)."""
+    explorations: int
+    """Exploration trajectories run."""
+    filters: FilterReport = field(default_factory=FilterReport)
+    """What each filter removed, and why."""
+    phrasing_overlap: float = 0.0
+    """Mean max token-Jaccard of the kept queries with the seed (train + held-out) queries."""
+    by_level: dict[int, int] = field(default_factory=dict)
+    """Kept tasks by difficulty (number of calls)."""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _default_factory(task: Task) -> Any:
+    from env_tools.base import load_environment
+
+    return load_environment(task.env)
+
+
+def synthesize_tasks(
+    env_name: str,
+    n: int,
+    *,
+    seed: int = 0,
+    env_factory: Callable[[Task], Any] | None = None,
+    seed_tasks: Sequence[Task] | None = None,
+    held_out: Sequence[Task] | None = None,
+    n_breadth: int = 3,
+    n_depth: int = 17,
+    max_ops: int = 3,
+    threshold: float = 0.9,
+    max_explorations: int | None = None,
+    embeddings: Any = None,
+    describer: Describer | None = None,
+    fingerprint: Callable[[Any], Any] = state_fingerprint,
+    progress: bool = True,
+) -> tuple[list[Task], PipelineReport]:
+    """Synthesize ``n`` filtered tasks for an environment, offline.
+
+    Args:
+        env_name: a registered environment name or a ``"module:factory"`` path; synthetic tasks
+            carry it as ``env``.
+        n: tasks wanted.
+        seed: seeds exploration and synthesis (same seed, same tasks).
+        env_factory: ``env_factory(task) -> Environment``, a fresh instance per call; default
+            ``load_environment(task.env)``.
+        seed_tasks: the seed training tasks (worlds to explore, and duplicates to avoid);
+            default the environment's ``list_tasks("train")``.
+        held_out: tasks that must never be re-synthesized; default ``list_tasks("test")``.
+        n_breadth: breadth-phase calls per exploration.
+        n_depth: depth-phase calls per exploration.
+        max_ops: the most calls in one task.
+        threshold: embedding cosine at which a candidate is a near-duplicate.
+        max_explorations: the budget of exploration rounds; default ``2 * n + 10``.
+        embeddings: LangChain ``Embeddings`` for the duplicate filter; default offline MiniLM.
+        describer: optional per-environment query writer (see ``synthesize``).
+        fingerprint: ``fingerprint(env)`` of the state, for the feasibility filter.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        ``(tasks, report)``.
+    """
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    factory = env_factory or _default_factory
+    probe = factory(Task(id="questioning-probe", query="", env=env_name))
+    try:
+        seeds = list(probe.list_tasks("train")) if seed_tasks is None else list(seed_tasks)
+        held = list(probe.list_tasks("test")) if held_out is None else list(held_out)
+    finally:
+        probe.close()
+    index = DuplicateIndex(embeddings, threshold=threshold)
+    index.add([t.query for t in seeds], "seed")
+    index.add([t.query for t in held], "held-out")
+    budget = max_explorations if max_explorations is not None else 2 * n + 10
+    kept: list[Task] = []
+    report = FilterReport()
+    rounds = 0
+    with tqdm(total=n, desc=f"synthesize {env_name}", disable=not progress, unit="task") as bar:
+        while len(kept) < n and rounds < budget:
+            world = seeds[rounds % len(seeds)] if seeds else None
+            task = exploration_task(world, env=env_name, seed=seed * 1_000_003 + rounds)
+            env = factory(task)
+            try:
+                trajectory = explore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=seed * 1_000_003 + rounds)
+            finally:
+                env.close()
+            rounds += 1
+            candidates = synthesize(trajectory, max_ops=max_ops, seed=seed + rounds, describer=describer)
+            new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
+            report = report.merge(batch)
+            new = new[: n - len(kept)]
+            kept.extend(new)
+            bar.update(len(new))
+            bar.set_postfix(explorations=rounds, candidates=report.candidates)
+    by_level: dict[int, int] = {}
+    for t in kept:
+        level = int(t.metadata.get("level", len(t.reference_solution or ())))
+        by_level[level] = by_level.get(level, 0) + 1
+    return kept, PipelineReport(
+        env=env_name,
+        requested=n,
+        kept=len(kept),
+        explorations=rounds,
+        filters=report,
+        phrasing_overlap=round(phrasing_overlap(kept, [*seeds, *held]), 4),
+        by_level=dict(sorted(by_level.items())),
+        seconds=round(time.perf_counter() - started, 2),
+    )
