@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import importlib.util
 import json
 import subprocess
@@ -27,7 +29,7 @@ from langgraph_evolver.questioning import (
     synthesize,
     synthesize_tasks,
 )
-from langgraph_evolver.types import Task, ToolCall, read_jsonl
+from langgraph_evolver.types import Action, Task, ToolCall, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "langchain_tools_env.py"
@@ -181,7 +183,7 @@ def test_every_kept_sandbox_task_replays_to_score_one(sandbox_candidates):
         env = load_environment(task.env)
         env.reset(task)
         for call in task.reference_solution:
-            assert not env.step(todo.Action(tool_calls=(call,))).observations[0].is_error
+            assert not env.step(Action(tool_calls=(call,))).observations[0].is_error
         assert env.evaluate() == 1.0
 
 
@@ -247,6 +249,21 @@ def test_pipeline_on_the_todo_tools_environment():
     assert report.kept == len(tasks) == 20 and len({t.id for t in tasks}) == 20
     assert report.filters.kept >= 20 and 0 < report.phrasing_overlap < 1.0
     assert all(t.env == "todo" and t.env_params in [s.env_params for s in todo.TASKS] for t in tasks)
+
+
+def test_pipeline_on_an_environment_given_as_a_dotted_path():
+    tasks, report = synthesize_tasks(
+        "env_tools.sandbox:SandboxEnvironment", 6, seed=3, embeddings=BagOfWords(), progress=False
+    )
+    assert report.kept == 6 and all(t.env == "env_tools.sandbox:SandboxEnvironment" for t in tasks)
+    reason, info = check_feasibility(tasks[0], lambda t: load_environment(t.env))
+    assert reason is None and info["score"] == 1.0
+
+
+def test_docstring_examples_run():
+    for name in ("profile", "store", "synthesize"):
+        module = importlib.import_module(f"langgraph_evolver.questioning.{name}")
+        assert doctest.testmod(module).failed == 0, name
 
 
 def _cli(tmp_path: Path, *args: str) -> tuple[dict, str]:

@@ -77,7 +77,7 @@ def describe_calls(pairs: Sequence[tuple[ToolCall, ToolObservation]], *, seed: i
         >>> from langgraph_evolver.types import ToolCall, ToolObservation
         >>> call = ToolCall(name="complete_todo", arguments={"todo_id": 2})
         >>> describe_calls([(call, ToolObservation(call_id="", name="complete_todo", content="{}"))], seed=1)
-        'Complete todo 2.'
+        'Complete todo 2 (use complete_todo).'
     """
     rng = random.Random(seed)
     clauses = [_clause(call, rng) for call, _ in pairs]
