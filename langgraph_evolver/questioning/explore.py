@@ -91,6 +91,12 @@ class _Explorer:
                 "props": dict(params.get("properties") or {}),
                 "required": list(params.get("required") or []),
             }
+        self.examples: dict[str, str] = {}
+        for tool in self.tools.values():  # "Date, e.g. May 3": an example value, shared by argument name
+            for arg, prop in tool["props"].items():
+                found = re.search(r"e\.g\.,?\s*'?([^,;()']+)", str(prop.get("description", "")))
+                if found and not arg.endswith("_id"):
+                    self.examples.setdefault(arg, found.group(1).strip())
         self.seen: list[_Seen] = []
         self.used: list[str] = []
         self.step = 0
@@ -112,6 +118,8 @@ class _Explorer:
         if prop.get("enum"):
             return True, self.rng.choice(list(prop["enum"]))
         values = self._candidates(arg, json_type, recent=recent)
+        if not values and recent:
+            values = self._candidates(arg, json_type, recent=False)
         if values:
             return True, self.rng.choice(values)
         if arg.endswith("_id") or arg == "id":
@@ -122,9 +130,11 @@ class _Explorer:
             named = [int(x) for x in re.findall(r"\b\d+\b", prop.get("description", ""))]
             return True, self.rng.choice(named or [1, 2, 3, 5, 10, 20])
         if json_type in ("string", None):
-            words = [s.value for s in self.seen if isinstance(s.value, str) and " " in s.value and len(s.value) < 40]
-            base = self.rng.choice(words) if words and self.rng.random() < 0.5 else arg.replace("_", " ")
-            return True, f"{base} {self.rng.randint(2, 99)}"
+            example = self.examples.get(arg)
+            if example:
+                first_digit = r"(?<!\d)\d(?!\d)"
+                return True, re.sub(first_digit, lambda _: str(self.rng.randint(1, 9)), example, count=1)
+            return True, f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"
         return False, None
 
     def fillable(self, name: str, *, recent: bool = False) -> bool:
