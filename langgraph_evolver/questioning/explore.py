@@ -174,7 +174,7 @@ class _Explorer:
         else:
             weights = []
             for n in names:
-                w = 0.2
+                w = 0.0  # a tool whose ids are unknown yet would only return an error
                 if self.fillable(n):
                     w = 1.0
                     needs_ids = any(a.endswith("_id") for a in self.tools[n]["required"])
@@ -185,7 +185,7 @@ class _Explorer:
                     if n in self.used[-3:]:
                         w *= 0.3
                 weights.append(w)
-            name = self.rng.choices(names, weights=weights)[0]
+            name = self.rng.choices(names, weights=weights)[0] if any(weights) else self.rng.choice(names)
             recent = True
         call = ToolCall(name=name, arguments=self.arguments(name, recent=recent), id=f"explore_{self.step}")
         self.used.append(name)
