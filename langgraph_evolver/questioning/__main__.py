@@ -45,6 +45,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-breadth", type=int, default=3, help="breadth-phase calls per exploration")
     parser.add_argument("--n-depth", type=int, default=17, help="depth-phase calls per exploration")
     parser.add_argument("--max-ops", type=int, default=3, help="most calls in one task (difficulty)")
+    parser.add_argument("--per-exploration", type=int, default=20, help="candidates sampled per exploration")
     parser.add_argument("--threshold", type=float, default=0.9, help="near-duplicate embedding cosine")
     parser.add_argument("--max-explorations", type=int, default=None, help="exploration budget (default 2n+10)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -83,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_breadth=args.n_breadth,
         n_depth=args.n_depth,
         max_ops=args.max_ops,
+        per_exploration=args.per_exploration,
         threshold=args.threshold,
         max_explorations=args.max_explorations,
         progress=not args.no_progress,

@@ -65,6 +65,7 @@ def synthesize_tasks(
     n_breadth: int = 3,
     n_depth: int = 17,
     max_ops: int = 3,
+    per_exploration: int | None = 20,
     threshold: float = 0.9,
     max_explorations: int | None = None,
     embeddings: Any = None,
@@ -87,6 +88,8 @@ def synthesize_tasks(
         n_breadth: breadth-phase calls per exploration.
         n_depth: depth-phase calls per exploration.
         max_ops: the most calls in one task.
+        per_exploration: candidates sampled from one exploration (spreads tasks over worlds);
+            ``None`` keeps all.
         threshold: embedding cosine at which a candidate is a near-duplicate.
         max_explorations: the budget of exploration rounds; default ``2 * n + 10``.
         embeddings: LangChain ``Embeddings`` for the duplicate filter; default offline MiniLM.
@@ -124,7 +127,9 @@ def synthesize_tasks(
             finally:
                 env.close()
             rounds += 1
-            candidates = synthesize(trajectory, max_ops=max_ops, seed=seed + rounds, describer=describer)
+            candidates = synthesize(
+                trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
+            )
             new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
             report = report.merge(batch)
             new = new[: n - len(kept)]
