@@ -185,6 +185,8 @@ def test_every_kept_sandbox_task_replays_to_score_one(sandbox_candidates):
         for call in task.reference_solution:
             assert not env.step(Action(tool_calls=(call,))).observations[0].is_error
         assert env.evaluate() == 1.0
+        env.reset(task)  # the checker is the state the reference produces: doing nothing is not enough
+        assert env.evaluate() < 1.0
 
 
 def test_a_held_out_task_is_never_resynthesized(minilm, sandbox_candidates):
@@ -258,6 +260,16 @@ def test_pipeline_on_an_environment_given_as_a_dotted_path():
     assert report.kept == 6 and all(t.env == "env_tools.sandbox:SandboxEnvironment" for t in tasks)
     reason, info = check_feasibility(tasks[0], lambda t: load_environment(t.env))
     assert reason is None and info["score"] == 1.0
+
+
+def test_the_library_imports_no_trainer_graph_or_heavy_module():
+    code = (
+        "import sys, langgraph_evolver.questioning; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('trainers', 'graphs', 'env_tools', 'faiss', 'sentence_transformers', 'torch')]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_docstring_examples_run():
