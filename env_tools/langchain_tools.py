@@ -19,7 +19,10 @@ The two callables that define an environment:
   agent made, in order, failed ones included. Prefer checking the final state over the call
   sequence: many sequences solve a task. Results are clamped to [0, 1]; a non-number, NaN or an
   exception raises ``EnvironmentFailure`` (a broken checker is a bug, not a bad action).
-  Without a checker, the final answer must contain ``task.metadata[answer_key]``.
+  Without a checker, the final answer must contain ``task.metadata[answer_key]``. Synthesized
+  tasks (``source="synthetic"``, self-questioning) are scored by state equality with their
+  reference solution replayed in a fresh instance (times the share of its tools the agent called),
+  whatever the checker.
 
 How tool calls are executed (nothing raises out of ``step``; each problem is an observation
 with ``is_error=True`` whose text starts with ``Error:`` and says how to fix the call):
@@ -345,7 +348,8 @@ class ToolsEnvironment(Environment):
         return state, tools, schemas
 
     def reset(self, task: Task) -> Observation:
-        if self._checker is None and self._answer_key not in task.metadata:
+        scorable = task.source == "synthetic" and bool(task.reference_solution)  # by its reference's state
+        if self._checker is None and self._answer_key not in task.metadata and not scorable:
             raise EnvironmentFailure(
                 f"Task {task.id!r} has no metadata[{self._answer_key!r}] and the environment has no checker, "
                 "so it cannot be scored: pass checker=... or put the expected answer in the task's metadata."
@@ -480,6 +484,8 @@ class ToolsEnvironment(Environment):
 
     def evaluate(self) -> float:
         task = self._require_reset()
+        if task.source == "synthetic" and task.reference_solution:
+            return self._reference_state_score(task)
         if self._checker is None:
             return 1.0 if answer_matches(self._final_answer, str(task.metadata[self._answer_key])) else 0.0
         name = getattr(self._checker, "__name__", type(self._checker).__name__)
@@ -498,6 +504,25 @@ class ToolsEnvironment(Environment):
         if not 0.0 <= score <= 1.0:
             logger.warning("Checker %r returned %s on task %r; clamped to [0, 1].", name, score, task.id)
         return min(1.0, max(0.0, score))
+
+    def _reference_state_score(self, task: Task) -> float:
+        """Synthesized tasks (self-questioning) have no checker of their own: the state must equal, by value,
+        the state the task's reference solution produces in a fresh instance (else 0), times the share of
+        the reference's tools the agent called (reads leave no trace in the state; doing nothing scores 0)."""
+        from langgraph_evolver.questioning.filters import state_fingerprint
+
+        twin = ToolsEnvironment(self._tools_factory, system_prompt=self._system_prompt)
+        try:
+            twin.reset(task)
+            for call in task.reference_solution or ():
+                twin.step(Action(tool_calls=(call,)))
+            if state_fingerprint(twin) != state_fingerprint(self):
+                return 0.0
+            called = {c.name for c in self._calls}
+            reference = [c.name for c in task.reference_solution or ()]
+            return sum(name in called for name in reference) / len(reference)
+        finally:
+            twin.close()
 
     def close(self) -> None:
         """End the episode (``step`` / ``evaluate`` then need a ``reset``) and release its state.

@@ -28,6 +28,8 @@ QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
         (["--navigation", '{"mode": "drop"}'], "navigation.mode='drop' must be 'strip'"),
         (["--navigation", '{"topk": 3}'], "navigation has unknown keys ['topk']"),
         (["--context_template", "nope"], "Unknown context template 'nope'"),
+        (["--task_store", "/nonexistent/tasks.sqlite"], "task_store=/nonexistent/tasks.sqlite does not exist"),
+        (["--synthetic_ratio", "1.5"], "synthetic_ratio=1.5 must be in [0, 1]"),
         (["--context_template", "sliding", "--context_options", '{"window": 0}'], "at least 1 turn"),
         (["--attribution", '{"alfa": 0.1}'], "attribution has unknown keys ['alfa']"),
         (["--attribution", '{"alpha": 1.5}'], "attribution.alpha=1.5 must be in [0, 1]"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
@@ -277,7 +278,15 @@ class EvolverGRPOConfig(GRPOConfig):
                   "strip|keep, boost_epsilon_high: 0.6, extractor: rules|<chat model>, extractor_options, "
                   "update_every: 1, pool_dir (default output_dir/experience_pool), merge_threshold: 0.9}."},
     )  # fmt: skip
-    synthetic_tasks: bool = field(default=False, metadata={"help": "Self-questioning: train on synthesized tasks."})
+    task_store: str | None = field(
+        default=None,
+        metadata={"help": "Self-questioning: a TaskStore (SQLite) of synthesized tasks to train on, made by "
+                  "`python -m langgraph_evolver.questioning --env ... --out tasks.sqlite`."},
+    )  # fmt: skip
+    synthetic_ratio: float = field(
+        default=0.5,
+        metadata={"help": "With task_store: the share of synthetic tasks in the training set (1.0 = synthetic only)."},
+    )
 
     # -- TRL defaults we change ----------------------------------------------------------------
     loss_type: str = field(default="dapo", metadata={"help": "TRL loss aggregation (dapo, grpo, bnpo, dr_grpo, ...)."})
@@ -363,9 +372,11 @@ class EvolverGRPOConfig(GRPOConfig):
             self.navigation_settings = NavigationSettings.parse(self.navigation)
         except ConfigError as e:
             problems.append(str(e))
-        for name, issue in (("synthetic_tasks", "self-questioning"),):
-            if getattr(self, name):
-                problems.append(f"{name}=true ({issue}) is not available in this version yet; set it to false.")
+        if not 0.0 <= self.synthetic_ratio <= 1.0:
+            problems.append(f"synthetic_ratio={self.synthetic_ratio} must be in [0, 1] (1.0: synthetic tasks only).")
+        if self.task_store and not Path(self.task_store).is_file():
+            problems.append(f"task_store={self.task_store} does not exist; make one with `python -m "
+                            "langgraph_evolver.questioning --env <env> --n 200 --out <path>`.")  # fmt: skip
         try:
             self.agent_for_rollouts()  # imports the user's agent now, so a bad path fails before any work
         except ConfigError as e:

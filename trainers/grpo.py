@@ -96,6 +96,23 @@ def task_dataset(tasks: list[Task], level_weights: dict[int, float] | None = Non
     return Dataset.from_list(rows)
 
 
+def mix_synthetic(seed_tasks: list[Task], synthetic: list[Task], ratio: float, seed: int = 0) -> list[Task]:
+    """Seed and synthetic tasks with ``ratio`` of them synthetic (1.0: synthetic only; sampled deterministically).
+
+    Synthetic tasks keep their own ids, so GRPO never groups them with their seeds.
+    """
+    import random
+
+    if not synthetic or ratio <= 0.0:
+        return list(seed_tasks)
+    if ratio >= 1.0 or not seed_tasks:
+        return list(synthetic)
+    want = round(len(seed_tasks) * ratio / (1.0 - ratio))
+    rng = random.Random(seed)
+    picked = rng.sample(synthetic, want) if want <= len(synthetic) else [rng.choice(synthetic) for _ in range(want)]
+    return [*seed_tasks, *picked]
+
+
 def _check_model(model_args: Any) -> Path:
     path = model_args.model_name_or_path
     if not path:
@@ -181,6 +198,14 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
         make_judge(cfg.attribution_settings.judge, **cfg.attribution_settings.judge_options)
     train_tasks, eval_tasks = _load_tasks(cfg, (cfg.task_split, cfg.task_limit or None),
                                           (script_args.eval_split, script_args.eval_limit))  # fmt: skip
+    if cfg.task_store:  # self-questioning: synthesized tasks mixed in
+        from langgraph_evolver.questioning import TaskStore
+
+        with TaskStore(cfg.task_store) as store:
+            synthetic = store.list()
+        if not synthetic:
+            raise ConfigError(f"task_store={cfg.task_store} holds no tasks.")
+        train_tasks = mix_synthetic(train_tasks, synthetic, cfg.synthetic_ratio, cfg.seed)
     if not train_tasks:
         raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
     if (script_args.eval_before or script_args.eval_after) and not eval_tasks:

@@ -1,0 +1,73 @@
+"""Synthesized tasks in training: the state-equality reward of a LangChain-tools environment, mixing
+seed and synthetic tasks, and one GRPO step on a TaskStore of sandbox tasks (own ids, own groups)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from env_tools.sandbox import seed_tasks
+from langgraph_evolver.questioning import TaskStore, synthesize_tasks
+from langgraph_evolver.types import Action
+from tests.test_questioning import BagOfWords, todo, todo_factory
+from trainers.grpo import mix_synthetic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_synthetic_tools_tasks_are_scored_by_state_equality_with_their_reference():
+    tasks, _ = synthesize_tasks("todo", 6, env_factory=todo_factory, seed_tasks=todo.TASKS, held_out=[],
+                                embeddings=BagOfWords(), progress=False)  # fmt: skip
+    writes = [t for t in tasks if any(c.name != "list_todos" for c in t.reference_solution)]
+    assert writes
+    for task in writes:
+        env = todo_factory(task)
+        env.reset(task)
+        for call in task.reference_solution:
+            env.step(Action(tool_calls=(call,)))
+        assert env.evaluate() == 1.0  # the reference itself
+        idle = todo_factory(task)
+        idle.reset(task)
+        assert idle.evaluate() == 0.0  # doing nothing
+        partial = todo_factory(task)
+        partial.reset(task)
+        partial.step(Action(tool_calls=(task.reference_solution[0],)))
+        assert partial.evaluate() < 1.0 or len(task.reference_solution) == 1
+
+
+def test_mixing_keeps_the_ratio_and_the_ids():
+    seeds, synthetic = seed_tasks("train")[:20], seed_tasks("test")[:30]
+    assert mix_synthetic(seeds, synthetic, 1.0) == synthetic
+    assert mix_synthetic(seeds, synthetic, 0.0) == seeds
+    half = mix_synthetic(seeds, synthetic, 0.5, seed=1)
+    assert len(half) == 40 and half[:20] == seeds and {t.id for t in half[20:]} <= {t.id for t in synthetic}
+    assert mix_synthetic(seeds, synthetic, 0.5, seed=1) == half  # deterministic
+    assert len(mix_synthetic(seeds, synthetic[:3], 0.75)) == 80  # fewer synthetic than wanted: sampled again
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_one_grpo_step_on_synthetic_tasks_only(tmp_path):
+    from trainers.grpo import cli
+
+    tasks, _ = synthesize_tasks("sandbox", 8, seed=1, embeddings=BagOfWords(), progress=False)
+    store_path = tmp_path / "tasks.sqlite"
+    with TaskStore(store_path) as store:
+        store.add_many(tasks)
+    out = tmp_path / "run"
+    figures = cli(["--config", str(ROOT / "examples" / "quickstart.yaml"), "--output_dir", str(out),
+                   "--max_steps", "1", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+                   "--num_generations", "4", "--max_turns", "5", "--level_weights", "", "--eval_before", "false",
+                   "--eval_after", "false", "--save_strategy", "no", "--report_to", "none",
+                   "--task_store", str(store_path), "--synthetic_ratio", "1.0"])  # fmt: skip
+    assert figures["steps"] == 1
+    trajectories = [json.loads(x) for x in (out / "trajectories" / "step_00000.jsonl").read_text().splitlines()]
+    ids = {t["task"]["id"] for t in trajectories}
+    assert ids and all(i.startswith("synthetic-") for i in ids) and ids <= {t.id for t in tasks}
+    groups: dict[str, set] = {}
+    for t in trajectories:  # a group never mixes tasks (the reference implementation merged them by seed id)
+        groups.setdefault(t["group_id"], set()).add(t["task"]["id"])
+    assert all(len(v) == 1 for v in groups.values())
+    assert all(t["reward"] is not None for t in trajectories)
