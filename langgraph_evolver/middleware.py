@@ -91,7 +91,7 @@ class EvolverMiddleware(AgentMiddleware):
         """Sync twin (``agent.invoke``): a no-op outside a managing rollout, so production agents are untouched."""
         if self._managing() is None:
             return None
-        from .attribution.judges import run_sync
+        from ._llm import run_sync
 
         return run_sync(self.abefore_model(state, runtime))
 

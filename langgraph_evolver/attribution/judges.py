@@ -28,19 +28,25 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 import json
 import time
 import weakref
-from collections.abc import Coroutine, MutableMapping
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable
 
+from langgraph_evolver._llm import (
+    CallTally,
+    LoopSemaphores,
+    ask_with_retries,
+    check_template,
+    model_id,
+    run_sync,
+)
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Trajectory
 
@@ -59,54 +65,8 @@ from .prompts import (
 
 __all__ = ["LLMJudge", "run_sync"]
 
-T = TypeVar("T")
 Cache = MutableMapping[str, list[list[str]]]
 """cache key -> one ``[label, reason]`` per step, in step order."""
-
-
-def _check_template(name: str, template: str, fields: tuple[str, ...]) -> None:
-    try:
-        template.format(**{f: f"<{f}>" for f in fields})
-    except (KeyError, IndexError, ValueError) as e:
-        raise ConfigError(
-            f"{name} is not a valid template ({type(e).__name__}: {e}); it may use only the fields "
-            f"{', '.join('{' + f + '}' for f in fields)}, and literal braces must be doubled."
-        ) from None
-
-
-def _model_id(model: Any) -> str:
-    for attr in ("model_name", "model", "model_id", "deployment_name"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    default = getattr(model, "_default_config", None)  # init_chat_model(..., configurable_fields=...)
-    if isinstance(default, dict) and isinstance(default.get("model"), str):
-        return default["model"]
-    return str(getattr(model, "_llm_type", type(model).__name__))
-
-
-def _usage(message: Any) -> tuple[int, int]:
-    usage = getattr(message, "usage_metadata", None)
-    if usage:
-        return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
-    token_usage = (getattr(message, "response_metadata", None) or {}).get("token_usage") or {}
-    return int(token_usage.get("prompt_tokens") or 0), int(token_usage.get("completion_tokens") or 0)
-
-
-def _text(message: Any) -> str:
-    if isinstance(message, BaseMessage):
-        return message.text
-    return str(message)
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from sync code, also when an event loop already runs here."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 class _JsonlCache(dict):
@@ -189,9 +149,9 @@ class LLMJudge:
             raise ConfigError(f"timeout_s must be > 0 or None, got {timeout_s}.")
         if price_per_1k_input < 0 or price_per_1k_output < 0:
             raise ConfigError("Token prices must be >= 0.")
-        _check_template("prompt", prompt, ATTRIBUTION_PROMPT_FIELDS)
-        _check_template("retry_prompt", retry_prompt, RETRY_PROMPT_FIELDS)
-        _check_template("step_format", step_format, STEP_FORMAT_FIELDS)
+        check_template("prompt", prompt, ATTRIBUTION_PROMPT_FIELDS)
+        check_template("retry_prompt", retry_prompt, RETRY_PROMPT_FIELDS)
+        check_template("step_format", step_format, STEP_FORMAT_FIELDS)
         self.model = model
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
@@ -204,7 +164,7 @@ class LLMJudge:
         self.success_threshold = success_threshold
         self.prompt, self.retry_prompt, self.step_format = prompt, retry_prompt, step_format
         self.success_rules, self.failure_rules = success_rules, failure_rules
-        self.name = name or f"llm:{_model_id(model)}"
+        self.name = name or f"llm:{model_id(model)}"
         self.stats = JudgeStats()
         self.cache: MutableMapping[str, Any] | None
         if cache is True:
@@ -220,9 +180,7 @@ class LLMJudge:
         identity = json.dumps([self.name, prompt, success_rules, failure_rules, retry_prompt, step_format,
                                max_observation_chars, success_threshold])  # fmt: skip
         self._identity = hashlib.sha256(identity.encode()).hexdigest()
-        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._semaphores = LoopSemaphores(max_concurrency)
         self._inflight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future]] = (
             weakref.WeakKeyDictionary()
         )
@@ -302,48 +260,33 @@ class LLMJudge:
             if not future.done():
                 future.cancel()
 
-    def _semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        sem = self._semaphores.get(loop)
-        if sem is None:
-            sem = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
-        return sem
-
     async def _call_model(self, trajectory: Trajectory, prompt: str, key: str) -> Attribution:
         n = len(trajectory.steps)
-        messages: list[BaseMessage] = [HumanMessage(prompt)]
         found: dict[int, tuple[Label, str]] = {}
-        attempts = input_tokens = output_tokens = 0
-        waited = 0.0
-        problem = ""
+        tally = CallTally()
         started = time.perf_counter()
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
-            queued = time.perf_counter()
-            async with self._semaphore():
-                waited += time.perf_counter() - queued
-                attempts += 1
-                try:
-                    reply = await asyncio.wait_for(self.model.ainvoke(messages), self.timeout_s)
-                except Exception as e:  # retried: rate limits, timeouts, server errors
-                    problem = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-                    continue
-            got_in, got_out = _usage(reply)
-            input_tokens, output_tokens = input_tokens + got_in, output_tokens + got_out
-            text = _text(reply)
-            found.update(parse_labels(text, n))
-            missing = [i for i in range(1, n + 1) if i not in found]
-            if not missing:
-                break
-            problem = f"no label for step(s) {missing} (last answer: {text[:200]!r})"
-            messages = [*messages, AIMessage(text), HumanMessage(self.retry_prompt.format(
-                missing=", ".join(map(str, missing)), num_steps=n))]  # fmt: skip
-        cost = input_tokens / 1000 * self.price_per_1k_input + output_tokens / 1000 * self.price_per_1k_output
-        fields: dict[str, Any] = {"attempts": attempts, "latency_s": time.perf_counter() - started - waited,
-                  "input_tokens": input_tokens, "output_tokens": output_tokens, "cost_usd": cost}  # fmt: skip
+
+        def missing() -> list[int]:
+            return [i for i in range(1, n + 1) if i not in found]
+
+        def all_labels(text: str) -> dict[int, tuple[Label, str]] | None:
+            found.update(parse_labels(text, n))  # labels are merged across attempts
+            return found if not missing() else None
+
+        _, problem = await ask_with_retries(
+            self.model, prompt, parse=all_labels,
+            retry_message=lambda text: self.retry_prompt.format(missing=", ".join(map(str, missing())), num_steps=n),
+            problem_of=lambda text: f"no label for step(s) {missing()} (last answer: {text[:200]!r})",
+            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+            timeout_s=self.timeout_s, semaphores=self._semaphores, tally=tally,
+        )  # fmt: skip
+        fields: dict[str, Any] = {
+            "attempts": tally.attempts, "latency_s": time.perf_counter() - started - tally.waited_s,
+            "input_tokens": tally.input_tokens, "output_tokens": tally.output_tokens,
+            "cost_usd": tally.cost(self.price_per_1k_input, self.price_per_1k_output),
+        }  # fmt: skip
         if len(found) < n:
-            error = f"judge failed after {attempts} attempt(s): {problem}"
+            error = f"judge failed after {tally.attempts} attempt(s): {problem}"
             return Attribution(trajectory_id=trajectory.id, labels=None, judge=self.name, error=error, **fields)
         rows = [[found[i][0], found[i][1]] for i in range(1, n + 1)]
         if self.cache is not None:

@@ -32,8 +32,8 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from langgraph_evolver._llm import run_sync
 from langgraph_evolver.attribution.attribute import _as_trajectory
-from langgraph_evolver.attribution.judges import run_sync
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Trajectory
 

@@ -29,18 +29,15 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langgraph_evolver.attribution.judges import _check_template, _model_id, _text, _usage, run_sync
+from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, check_template, model_id, run_sync
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Trajectory
 
@@ -215,10 +212,10 @@ class LLMExtractor:
             raise ConfigError("backoff_s, max_backoff_s and token prices must be >= 0.")
         if timeout_s is not None and timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0 or None, got {timeout_s}.")
-        _check_template("prompt", prompt, EXTRACTION_PROMPT_FIELDS)
-        _check_template("validation_prompt", validation_prompt, VALIDATION_PROMPT_FIELDS)
-        _check_template("retry_prompt", retry_prompt, EXTRACTION_RETRY_PROMPT_FIELDS)
-        _check_template("validation_retry_prompt", validation_retry_prompt, VALIDATION_RETRY_PROMPT_FIELDS)
+        check_template("prompt", prompt, EXTRACTION_PROMPT_FIELDS)
+        check_template("validation_prompt", validation_prompt, VALIDATION_PROMPT_FIELDS)
+        check_template("retry_prompt", retry_prompt, EXTRACTION_RETRY_PROMPT_FIELDS)
+        check_template("validation_retry_prompt", validation_retry_prompt, VALIDATION_RETRY_PROMPT_FIELDS)
         self.model = model
         self.max_retries, self.concurrency, self.validate = max_retries, concurrency, validate
         self.max_rollouts, self.success_threshold = max_rollouts, success_threshold
@@ -230,11 +227,9 @@ class LLMExtractor:
         self.comparison_instructions = comparison_instructions
         self.success_only_instructions = success_only_instructions
         self.failure_only_instructions = failure_only_instructions
-        self.name = name or f"llm:{_model_id(model)}"
+        self.name = name or f"llm:{model_id(model)}"
         self.stats = ExtractorStats()
-        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._semaphores = LoopSemaphores(concurrency)
 
     def __repr__(self) -> str:
         return f"LLMExtractor(name={self.name!r}, concurrency={self.concurrency}, validate={self.validate})"
@@ -288,9 +283,9 @@ class LLMExtractor:
         if not trajectories:
             return self._done(TaskExtraction(task_id=task_id, extractor=self.name))
         started = time.perf_counter()
-        usage = {"attempts": 0, "input_tokens": 0, "output_tokens": 0, "waited": 0.0}
+        tally = CallTally()
         prompt = self.render_prompt(trajectories, max_experiences=max_experiences)
-        candidates, problem = await self._ask(prompt, parse_experiences, self._extraction_retry, usage)
+        candidates, problem = await self._ask(prompt, parse_experiences, self._extraction_retry, tally)
         scores: dict[int, tuple[float, str]] | None = None
         if candidates:
             candidates = candidates[:max_experiences]
@@ -302,17 +297,16 @@ class LLMExtractor:
                     found.update(parse_scores(text, n))  # scores are merged across attempts
                     return dict(found) if len(found) == n else None
 
-                scores, problem = await self._ask(prompt, all_scores, lambda _: self._validation_retry(found, n), usage)
+                scores, problem = await self._ask(prompt, all_scores, lambda _: self._validation_retry(found, n), tally)
                 problem = problem and f"validation: {problem}"
         fields: dict[str, Any] = {
-            "task_id": task_id, "extractor": self.name, "attempts": usage["attempts"],
-            "input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"],
-            "cost_usd": usage["input_tokens"] / 1000 * self.price_per_1k_input
-            + usage["output_tokens"] / 1000 * self.price_per_1k_output,
-            "latency_s": time.perf_counter() - started - usage["waited"],
+            "task_id": task_id, "extractor": self.name, "attempts": tally.attempts,
+            "input_tokens": tally.input_tokens, "output_tokens": tally.output_tokens,
+            "cost_usd": tally.cost(self.price_per_1k_input, self.price_per_1k_output),
+            "latency_s": time.perf_counter() - started - tally.waited_s,
         }  # fmt: skip
         if candidates is None or (candidates and self.validate and scores is None):
-            error = f"extraction failed after {usage['attempts']} attempt(s): {problem}"
+            error = f"extraction failed after {tally.attempts} attempt(s): {problem}"
             return self._done(TaskExtraction(error=error, **fields))
         wins, losses = self.shown_rollouts(trajectories)
         sources = tuple(t.id for t in (*wins, *losses))
@@ -339,45 +333,16 @@ class LLMExtractor:
         missing = [i for i in range(1, n + 1) if i not in found]
         return self.validation_retry_prompt.format(missing=", ".join(map(str, missing)), num_candidates=n)
 
-    def _semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        sem = self._semaphores.get(loop)
-        if sem is None:
-            sem = self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
-        return sem
-
     async def _ask(
-        self,
-        prompt: str,
-        parse: Callable[[str], T | None],
-        retry_message: Callable[[str], str],
-        usage: dict[str, Any],
+        self, prompt: str, parse: Callable[[str], T | None], retry_message: Callable[[str], str], tally: CallTally
     ) -> tuple[T | None, str]:
         """One conversation: ask, parse, and on an unreadable answer or an error, retry; ``(None, why)`` at the end."""
-        messages: list[BaseMessage] = [HumanMessage(prompt)]
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
-            queued = time.perf_counter()
-            async with self._semaphore():
-                usage["waited"] += time.perf_counter() - queued
-                usage["attempts"] += 1
-                try:
-                    reply = await asyncio.wait_for(self.model.ainvoke(messages), self.timeout_s)
-                except Exception as e:  # retried: rate limits, timeouts, server errors
-                    problem = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-                    continue
-            got_in, got_out = _usage(reply)
-            usage["input_tokens"] += got_in
-            usage["output_tokens"] += got_out
-            text = _text(reply)
-            parsed = parse(text)
-            if parsed is not None:
-                return parsed, ""
-            problem = f"unreadable answer {text[:200]!r}"
-            messages = [*messages, AIMessage(text), HumanMessage(retry_message(text))]
-        return None, problem
+        return await ask_with_retries(
+            self.model, prompt, parse=parse, retry_message=retry_message,
+            problem_of=lambda text: f"unreadable answer {text[:200]!r}", max_retries=self.max_retries,
+            backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, timeout_s=self.timeout_s,
+            semaphores=self._semaphores, tally=tally,
+        )  # fmt: skip
 
 
 def _init_model(name: str, model_kwargs: dict[str, Any]) -> BaseChatModel:

@@ -1,0 +1,160 @@
+"""What every LLM role (the attribution judge, the experience extractor) shares: one bounded,
+retried conversation with a chat model, and the small helpers around it.
+
+``ask_with_retries`` asks, parses the answer, and on an unreadable answer follows up with a
+message saying what was missing; exceptions and timeouts are retried too. Every retry waits
+``backoff_s * 2**k`` seconds (capped at ``max_backoff_s``); calls hold a per-event-loop semaphore
+(``LoopSemaphores``), so one role's concurrency bound spans all its callers on a loop. Token
+usage, attempts and the time spent queued are added to a ``CallTally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+import weakref
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from .errors import ConfigError
+
+__all__ = [
+    "CallTally",
+    "LoopSemaphores",
+    "ask_with_retries",
+    "check_template",
+    "message_text",
+    "model_id",
+    "run_sync",
+    "usage_of",
+]
+
+T = TypeVar("T")
+
+
+def check_template(name: str, template: str, fields: tuple[str, ...]) -> None:
+    """Raise ``ConfigError`` unless ``template`` formats with exactly ``fields``."""
+    try:
+        template.format(**{f: f"<{f}>" for f in fields})
+    except (KeyError, IndexError, ValueError) as e:
+        raise ConfigError(
+            f"{name} is not a valid template ({type(e).__name__}: {e}); it may use only the fields "
+            f"{', '.join('{' + f + '}' for f in fields)}, and literal braces must be doubled."
+        ) from None
+
+
+def model_id(model: Any) -> str:
+    """A short name for a chat model (its model name, else its type)."""
+    for attr in ("model_name", "model", "model_id", "deployment_name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    default = getattr(model, "_default_config", None)  # init_chat_model(..., configurable_fields=...)
+    if isinstance(default, dict) and isinstance(default.get("model"), str):
+        return default["model"]
+    return str(getattr(model, "_llm_type", type(model).__name__))
+
+
+def usage_of(message: Any) -> tuple[int, int]:
+    """(input tokens, output tokens) of a model reply."""
+    usage = getattr(message, "usage_metadata", None)
+    if usage:
+        return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    token_usage = (getattr(message, "response_metadata", None) or {}).get("token_usage") or {}
+    return int(token_usage.get("prompt_tokens") or 0), int(token_usage.get("completion_tokens") or 0)
+
+
+def message_text(message: Any) -> str:
+    if isinstance(message, BaseMessage):
+        return message.text
+    return str(message)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, also when an event loop already runs here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class LoopSemaphores:
+    """One ``asyncio.Semaphore(limit)`` per running event loop (a semaphore is bound to its loop)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._by_loop.get(loop)
+        if sem is None:
+            sem = self._by_loop[loop] = asyncio.Semaphore(self.limit)
+        return sem
+
+
+@dataclass(slots=True)
+class CallTally:
+    """Running totals of the model calls made for one answer (possibly several conversations)."""
+
+    attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    waited_s: float = 0.0
+    """Time spent queued on the concurrency bound (excluded from latencies)."""
+
+    def cost(self, price_per_1k_input: float, price_per_1k_output: float) -> float:
+        return self.input_tokens / 1000 * price_per_1k_input + self.output_tokens / 1000 * price_per_1k_output
+
+
+async def ask_with_retries(
+    model: Any,
+    prompt: str,
+    *,
+    parse: Callable[[str], T | None],
+    retry_message: Callable[[str], str],
+    problem_of: Callable[[str], str],
+    max_retries: int,
+    backoff_s: float,
+    max_backoff_s: float,
+    timeout_s: float | None,
+    semaphores: LoopSemaphores,
+    tally: CallTally,
+) -> tuple[T | None, str]:
+    """One conversation: ask, ``parse`` the answer, retry an unreadable one or an error.
+
+    Returns ``(parsed, "")``, or ``(None, why)`` when ``max_retries`` retries did not give a
+    readable answer (``why`` is ``problem_of(text)`` of the last answer, or the last exception).
+    """
+    messages: list[BaseMessage] = [HumanMessage(prompt)]
+    problem = ""
+    for attempt in range(max_retries + 1):
+        if attempt:
+            await asyncio.sleep(min(backoff_s * 2 ** (attempt - 1), max_backoff_s))
+        queued = time.perf_counter()
+        async with semaphores.get():
+            tally.waited_s += time.perf_counter() - queued
+            tally.attempts += 1
+            try:
+                reply = await asyncio.wait_for(model.ainvoke(messages), timeout_s)
+            except Exception as e:  # retried: rate limits, timeouts, server errors
+                problem = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                continue
+        got_in, got_out = usage_of(reply)
+        tally.input_tokens += got_in
+        tally.output_tokens += got_out
+        text = message_text(reply)
+        parsed = parse(text)
+        if parsed is not None:
+            return parsed, ""
+        problem = problem_of(text)
+        messages = [*messages, AIMessage(text), HumanMessage(retry_message(text))]
+    return None, problem
