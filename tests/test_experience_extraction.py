@@ -4,16 +4,11 @@ selection across tasks, and the node in a StateGraph."""
 
 from __future__ import annotations
 
-import asyncio
 import doctest
 import importlib
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage
 
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.experience.extract import (
@@ -42,58 +37,21 @@ from langgraph_evolver.experience.prompts import (
 )
 from langgraph_evolver.experience.rules import normalize_query
 from langgraph_evolver.experience.types import Experience
-from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
+from langgraph_evolver.types import Step, Task, Trajectory
+from tests.test_attribution import ScriptedJudgeModel, answer_step, call_step
 
 # -- helpers --------------------------------------------------------------------------------
 
 
-class ScriptedModel(BaseChatModel):
-    """Async chat model answering from a script (the last item repeats), recording calls and peak concurrency.
-
-    An item is a reply text or an exception to raise. Every reply reports ``usage`` tokens.
-    """
-
-    script: list[Any]
-    delay: float = 0.0
-    usage: tuple[int, int] = (100, 20)
-    log: Any = None
-
-    def __init__(self, script: list[Any], **kwargs: Any) -> None:
-        super().__init__(script=list(script), log=SimpleNamespace(calls=[], active=0, peak=0), **kwargs)
+class ScriptedModel(ScriptedJudgeModel):
+    """The judge tests' scripted model (script, recorded calls, peak concurrency, usage), named as an extractor."""
 
     @property
     def _llm_type(self) -> str:
         return "scripted-extractor"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
-        raise NotImplementedError("async only")
 
-    async def _agenerate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        log = self.log
-        log.calls.append(list(messages))
-        item = self.script[min(len(log.calls), len(self.script)) - 1]
-        log.active += 1
-        log.peak = max(log.peak, log.active)
-        try:
-            await asyncio.sleep(self.delay)
-            if isinstance(item, BaseException):
-                raise item
-        finally:
-            log.active -= 1
-        usage = {"input_tokens": self.usage[0], "output_tokens": self.usage[1], "total_tokens": sum(self.usage)}
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(str(item), usage_metadata=usage))])
-
-
-def call(index: int, name: str, args: dict | str, result: str = "ok", *, is_error: bool = False) -> Step:
-    tool_call = ToolCall(name=name, arguments=args, id=f"c{index}")
-    obs = ToolObservation(call_id=f"c{index}", name=name, content=result, is_error=is_error)
-    return Step(index=index, action=Action(tool_calls=(tool_call,)), observations=(obs,))
-
-
-def answer(index: int, text: str) -> Step:
-    return Step(index=index, action=Action(content=text))
+call, answer = call_step, answer_step
 
 
 TASK = Task(id="pay-lea", query="Pay Lea 40 dollars.")
