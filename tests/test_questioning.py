@@ -30,6 +30,7 @@ from langgraph_evolver.questioning import (
     synthesize_tasks,
 )
 from langgraph_evolver.types import Action, Task, ToolCall, read_jsonl
+from tests.test_experience_pool import HashEmbeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "langchain_tools_env.py"
@@ -55,19 +56,6 @@ def sandbox_factory(task: Task) -> SandboxEnvironment:
 
 def todo_factory(task: Task) -> ToolsEnvironment:
     return ToolsEnvironment(todo.todo_tools, tasks=todo.TASKS, checker=todo.check_todos)
-
-
-class BagOfWords:
-    """A fast stand-in for MiniLM: hashed bag-of-words vectors (identical queries -> cosine 1)."""
-
-    def embed_documents(self, texts):
-        out = []
-        for text in texts:
-            vec = [0.0] * 64
-            for word in text.lower().split():
-                vec[sum(map(ord, word)) % 64] += 1.0
-            out.append(vec)
-        return out
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +156,7 @@ def test_feasibility_drops_a_bad_id_and_keeps_the_reference_that_scores_one():
     assert reason == "error observation from cancel_event"
     empty = Task(id="synthetic-empty", query="Nothing to do.", env="sandbox", reference_solution=())
     kept, report = filter_tasks(
-        [good, bad, empty], env_factory=sandbox_factory, index=DuplicateIndex(BagOfWords()), tool_names=None
+        [good, bad, empty], env_factory=sandbox_factory, index=DuplicateIndex(HashEmbeddings()), tool_names=None
     )
     assert [t.id for t in kept] == ["synthetic-good"]
     assert report.removed == {"invalid": 1, "duplicate": 0, "infeasible": 1}
@@ -177,7 +165,7 @@ def test_feasibility_drops_a_bad_id_and_keeps_the_reference_that_scores_one():
 
 
 def test_every_kept_sandbox_task_replays_to_score_one(sandbox_candidates):
-    kept, report = filter_tasks(sandbox_candidates, env_factory=sandbox_factory, index=DuplicateIndex(BagOfWords()))
+    kept, report = filter_tasks(sandbox_candidates, env_factory=sandbox_factory, index=DuplicateIndex(HashEmbeddings()))
     assert len(kept) >= 8 and report.removed["infeasible"] >= 1
     for task in kept[:10]:
         env = load_environment(task.env)
@@ -221,7 +209,7 @@ def test_a_held_out_task_is_never_resynthesized(minilm, sandbox_candidates):
 
 
 def test_store_round_trip_and_jsonl_export(tmp_path, sandbox_candidates):
-    kept, _ = filter_tasks(sandbox_candidates[:8], env_factory=sandbox_factory, index=DuplicateIndex(BagOfWords()))
+    kept, _ = filter_tasks(sandbox_candidates[:8], env_factory=sandbox_factory, index=DuplicateIndex(HashEmbeddings()))
     path = tmp_path / "tasks.sqlite"
     with TaskStore(path) as store:
         assert store.add_many(kept) == len(kept)
@@ -245,7 +233,7 @@ def test_pipeline_on_the_todo_tools_environment():
         env_factory=todo_factory,
         seed_tasks=todo.TASKS,
         held_out=[],
-        embeddings=BagOfWords(),
+        embeddings=HashEmbeddings(),
         progress=False,
     )
     assert report.kept == len(tasks) == 20 and len({t.id for t in tasks}) == 20
@@ -255,7 +243,7 @@ def test_pipeline_on_the_todo_tools_environment():
 
 def test_pipeline_on_an_environment_given_as_a_dotted_path():
     tasks, report = synthesize_tasks(
-        "env_tools.sandbox:SandboxEnvironment", 6, seed=3, embeddings=BagOfWords(), progress=False
+        "env_tools.sandbox:SandboxEnvironment", 6, seed=3, embeddings=HashEmbeddings(), progress=False
     )
     assert report.kept == 6 and all(t.env == "env_tools.sandbox:SandboxEnvironment" for t in tasks)
     reason, info = check_feasibility(tasks[0], lambda t: load_environment(t.env))

@@ -11,7 +11,8 @@ import pytest
 from env_tools.sandbox import seed_tasks
 from langgraph_evolver.questioning import TaskStore, synthesize_tasks
 from langgraph_evolver.types import Action
-from tests.test_questioning import BagOfWords, todo, todo_factory
+from tests.test_experience_pool import HashEmbeddings
+from tests.test_questioning import todo, todo_factory
 from trainers.grpo import mix_synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_synthetic_tools_tasks_are_scored_by_state_equality_with_their_reference():
     tasks, _ = synthesize_tasks("todo", 6, env_factory=todo_factory, seed_tasks=todo.TASKS, held_out=[],
-                                embeddings=BagOfWords(), progress=False)  # fmt: skip
+                                embeddings=HashEmbeddings(), progress=False)  # fmt: skip
     writes = [t for t in tasks if any(c.name != "list_todos" for c in t.reference_solution)]
     assert writes
     for task in writes:
@@ -52,7 +53,7 @@ def test_mixing_keeps_the_ratio_and_the_ids():
 def test_one_grpo_step_on_synthetic_tasks_only(tmp_path):
     from trainers.grpo import cli
 
-    tasks, _ = synthesize_tasks("sandbox", 8, seed=1, embeddings=BagOfWords(), progress=False)
+    tasks, _ = synthesize_tasks("sandbox", 8, seed=1, embeddings=HashEmbeddings(), progress=False)
     store_path = tmp_path / "tasks.sqlite"
     with TaskStore(store_path) as store:
         store.add_many(tasks)
