@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -24,9 +26,11 @@ from .errors import ConfigError
 
 __all__ = [
     "CallTally",
+    "JsonlCache",
     "LoopSemaphores",
     "ask_with_retries",
     "check_template",
+    "make_cache",
     "message_text",
     "model_id",
     "run_sync",
@@ -82,6 +86,44 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+class JsonlCache(dict):
+    """A dict that appends every new entry to a JSONL file and loads the file on creation.
+
+    Each line is ``{"key": ..., <field>: value}``; a torn last line (an interrupted run) is skipped.
+    """
+
+    def __init__(self, path: Path, field: str = "value") -> None:
+        super().__init__()
+        self.path, self.field = path, field
+        if path.exists():
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        entry = json.loads(line)
+                        super().__setitem__(entry["key"], entry[field])
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, self.field: value}, ensure_ascii=False) + "\n")
+
+
+def make_cache(cache: Any, *, field: str = "value") -> MutableMapping[str, Any] | None:
+    """``True``: an in-memory dict; ``None``/``False``: no cache; a path: a ``JsonlCache``; a mapping: itself."""
+    if cache is True:
+        return {}
+    if cache is None or cache is False:
+        return None
+    if isinstance(cache, str | Path):
+        return JsonlCache(Path(cache), field)
+    if isinstance(cache, MutableMapping):
+        return cache
+    raise ConfigError(f"cache must be True, False/None, a dict or a file path; got {type(cache).__name__}.")
 
 
 class LoopSemaphores:

@@ -44,6 +44,7 @@ from langgraph_evolver._llm import (
     LoopSemaphores,
     ask_with_retries,
     check_template,
+    make_cache,
     model_id,
     run_sync,
 )
@@ -67,28 +68,6 @@ __all__ = ["LLMJudge", "run_sync"]
 
 Cache = MutableMapping[str, list[list[str]]]
 """cache key -> one ``[label, reason]`` per step, in step order."""
-
-
-class _JsonlCache(dict):
-    """A dict that appends every new entry to a JSONL file and loads the file on creation."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path
-        if path.exists():
-            with path.open(encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        entry = json.loads(line)
-                        super().__setitem__(entry["key"], entry["labels"])
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        continue  # a torn last line from an interrupted run
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def __setitem__(self, key: str, value: list[list[str]]) -> None:
-        super().__setitem__(key, value)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": key, "labels": value}, ensure_ascii=False) + "\n")
 
 
 class LLMJudge:
@@ -166,17 +145,7 @@ class LLMJudge:
         self.success_rules, self.failure_rules = success_rules, failure_rules
         self.name = name or f"llm:{model_id(model)}"
         self.stats = JudgeStats()
-        self.cache: MutableMapping[str, Any] | None
-        if cache is True:
-            self.cache = {}
-        elif cache is None or cache is False:
-            self.cache = None
-        elif isinstance(cache, str | Path):
-            self.cache = _JsonlCache(Path(cache))
-        elif isinstance(cache, MutableMapping):
-            self.cache = cache
-        else:
-            raise ConfigError(f"cache must be True, False/None, a dict or a file path; got {type(cache).__name__}.")
+        self.cache: MutableMapping[str, Any] | None = make_cache(cache, field="labels")
         identity = json.dumps([self.name, prompt, success_rules, failure_rules, retry_prompt, step_format,
                                max_observation_chars, success_threshold])  # fmt: skip
         self._identity = hashlib.sha256(identity.encode()).hexdigest()
