@@ -27,6 +27,7 @@ from typing import Literal
 __all__ = ["ADCAAdvantages", "GroupAdvantages", "adca_advantages", "adca_alpha", "group_advantages"]
 
 Scale = Literal["group", "batch", "none"]
+ProcessStandardization = Literal["trajectory", "pooled"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,15 +131,22 @@ def adca_advantages(
     group_ids: Sequence[Hashable],
     *,
     alpha: float = 0.1,
+    process_standardization: ProcessStandardization = "trajectory",
     eps: float = 1e-4,
     tol: float = 1e-9,
 ) -> ADCAAdvantages:
     """ADCA step advantages: standardized process and outcome rewards, summed over the suffix.
 
-    Within each task group, the process rewards (``+1`` GOOD / ``-1`` BAD, every step of every
-    labelled rollout pooled) are standardized, and so are the outcome rewards. Step ``t`` gets
-    ``r_t = alpha * process_t``, plus the standardized outcome at the last step; its advantage is
-    ``A_t = sum_{k >= t} r_k`` (undiscounted), to be broadcast to the tokens of that step.
+    Within each task group the process rewards (``+1`` GOOD / ``-1`` BAD) are standardized, and
+    so, separately, are the outcome rewards. Step ``t`` gets ``r_t = alpha * process_t``, plus the
+    standardized outcome at the last step; its advantage is ``A_t = sum_{k >= t} r_k``
+    (undiscounted), to be broadcast to the tokens of that step.
+
+    The process statistics (``process_standardization``): ``"trajectory"`` (AgentEvolver's
+    formulation, the default) takes the mean and sample std of each labelled rollout's *average*
+    label, so every rollout weighs the same whatever its length; ``"pooled"`` takes them over all
+    steps of the group pooled, where long rollouts dominate (a success with 8 GOOD steps beside a
+    failure ``[BAD, GOOD]``: pooled GOOD +0.32 / BAD -2.85, per trajectory +0.71 / -2.12).
 
     Args:
         rewards: Outcome reward per rollout, ``None`` for a failed rollout (no advantages).
@@ -147,15 +155,20 @@ def adca_advantages(
             group's process statistics.
         group_ids: Rollouts of one task in one training step share an id.
         alpha: Weight of the process channel (0.1 published; 0 = GRPO with per-step broadcast).
+        process_standardization: ``"trajectory"`` (per-rollout average labels, the paper's) or
+            ``"pooled"`` (all steps of the group).
 
     Example:
         >>> adv = adca_advantages([1.0, 0.0], [[1, 1], [1, -1]], ["a", "a"], alpha=0.1)
         >>> [[round(a, 3) for a in steps] for steps in adv.step_advantages]
-        [[0.807, 0.757], [-0.807, -0.857]]
+        [[0.848, 0.778], [-0.848, -0.919]]
     """
     if not (len(rewards) == len(labels) == len(group_ids)):
         raise ValueError(f"{len(rewards)} rewards, {len(labels)} label lists and {len(group_ids)} group ids: "
                          "give one of each per rollout.")  # fmt: skip
+    if process_standardization not in ("trajectory", "pooled"):
+        raise ValueError(f"process_standardization must be 'trajectory' (AgentEvolver's) or 'pooled', "
+                         f"got {process_standardization!r}.")  # fmt: skip
     for i, lab in enumerate(labels):
         if lab is not None and any(x not in (1, -1) for x in lab):
             raise ValueError(f"labels of rollout {i} must be +1 (GOOD) or -1 (BAD), got {list(lab)}.")
@@ -170,9 +183,13 @@ def adca_advantages(
         flat = len(outcomes) < 2 or max(outcomes) - min(outcomes) <= tol
         zero_variance += flat
         mean_o, std_o = math.fsum(outcomes) / len(outcomes), _std(outcomes)
-        pooled = [float(x) for i in idx if labels[i] is not None for x in labels[i]]  # type: ignore[union-attr]
-        mean_p = math.fsum(pooled) / len(pooled) if pooled else 0.0
-        std_p = _std(pooled)
+        labelled = [[float(x) for x in lab] for i in idx if (lab := labels[i])]
+        if process_standardization == "pooled":
+            stats = [x for lab in labelled for x in lab]
+        else:  # one value per rollout: its average label
+            stats = [math.fsum(lab) / len(lab) for lab in labelled]
+        mean_p = math.fsum(stats) / len(stats) if stats else 0.0
+        std_p = _std(stats)
         group_signal = False
         for i, r in zip(idx, outcomes, strict=True):
             lab = labels[i]

@@ -33,6 +33,7 @@ QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
         (["--context_template", "sliding", "--context_options", '{"window": 0}'], "at least 1 turn"),
         (["--attribution", '{"alfa": 0.1}'], "attribution has unknown keys ['alfa']"),
         (["--attribution", '{"alpha": 1.5}'], "attribution.alpha=1.5 must be in [0, 1]"),
+        (["--attribution", '{"process_standardization": "steps"}'], "process_standardization='steps' must be"),
         (["--attribution", '{"judge": "no_such_provider:some-model"}'], "no_such_provider:some-model"),
         (["--agent", "no_such_pkg.agent:build"], "Cannot import 'no_such_pkg.agent' for --agent"),
         (["--agent", "examples.dropin.agent:nope"], "'examples.dropin.agent' has no 'nope' for --agent"),

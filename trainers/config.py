@@ -126,13 +126,14 @@ class AttributionSettings:
     alpha_decay: float | None = None
     cutoff: int | None = None
     judge_options: dict = field(default_factory=dict)
+    process_standardization: str = "trajectory"
 
     @classmethod
     def parse(cls, value: dict | str | bool | None) -> AttributionSettings:
         value = _toggle_mapping(value, "attribution", '{"enabled": true, "alpha": 0.1, "judge": "reference"}')
         if value is None:
             return cls()
-        known = {"enabled", "alpha", "judge", "alpha_decay", "cutoff", "judge_options"}
+        known = {"enabled", "alpha", "judge", "alpha_decay", "cutoff", "judge_options", "process_standardization"}
         unknown = sorted(set(value) - known)
         if unknown:
             raise ConfigError(f"attribution has unknown keys {unknown}; valid keys: {sorted(known)}.")
@@ -142,6 +143,10 @@ class AttributionSettings:
                               "overfits the judge).")  # fmt: skip
         if settings.alpha_decay is not None and not 0.0 < settings.alpha_decay <= 1.0:
             raise ConfigError(f"attribution.alpha_decay={settings.alpha_decay} must be in (0, 1].")
+        if settings.process_standardization not in ("trajectory", "pooled"):
+            raise ConfigError(f"attribution.process_standardization={settings.process_standardization!r} must be "
+                              "'trajectory' (AgentEvolver's: mean/std of each rollout's average label) or 'pooled' "
+                              "(all steps of the group).")  # fmt: skip
         if not isinstance(settings.judge_options, dict):
             raise ConfigError("attribution.judge_options must be a mapping of LLMJudge keyword arguments.")
         return settings
@@ -269,7 +274,9 @@ class EvolverGRPOConfig(GRPOConfig):
             "help": "Self-attributing (ADCA): step-level credit from a judge. A mapping (YAML) or JSON string with "
             "enabled (bool), alpha (0.1), judge ('reference' or a chat model such as 'openai:gpt-4.1-mini'), "
             "alpha_decay (per step), cutoff (step after which plain GRPO resumes), judge_options (LLMJudge "
-            "keywords, e.g. max_concurrency, model_kwargs); 'true'/'false' toggles it with the defaults."
+            "keywords, e.g. max_concurrency, model_kwargs), process_standardization ('trajectory': mean/std of "
+            "each rollout's average label, AgentEvolver's, default; 'pooled': all steps of the group); "
+            "'true'/'false' toggles it with the defaults."
         },
     )
     navigation: dict | str | None = field(

@@ -393,7 +393,13 @@ class EvolverGRPOTrainer(GRPOTrainer):
             adv = group_advantages(rewards, groups, scale=self.args.scale_rewards)
             return [None if a is None else [a] for a in adv.advantages], adv
         alpha = adca_alpha(step, alpha=settings.alpha, decay=settings.alpha_decay, cutoff=settings.cutoff)
-        res = adca_advantages(rewards, [labels for *_, labels in everything], groups, alpha=alpha)
+        res = adca_advantages(
+            rewards,
+            [labels for *_, labels in everything],
+            groups,
+            alpha=alpha,
+            process_standardization=settings.process_standardization,
+        )  # type: ignore[arg-type]
         self._metrics["train"]["adca/alpha"].append(alpha)
         self._metrics["train"]["adca/no_signal_share"].append(res.no_signal_groups / res.groups if res.groups else 0.0)
         return res.step_advantages, res
