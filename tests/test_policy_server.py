@@ -21,9 +21,12 @@ import httpx
 import pytest
 import torch
 
-from trainers._generation import BatchScheduler, Completion, GenerationError, PolicyEngine, SamplingParams
 from trainers.chat_format import normalize_messages
 from trainers.policy_server import build_choice, create_app, serve_in_background
+from trainers.serving.engine import PolicyEngine
+from trainers.serving.errors import GenerationError
+from trainers.serving.sampling import Completion, SamplingParams
+from trainers.serving.scheduler import BatchScheduler
 from trainers.tiny import ModelSize, build_model, build_tiny_tokenizer
 
 torch.set_num_threads(1)

@@ -18,10 +18,10 @@ from pydantic import BaseModel, Field
 
 from env_tools.sandbox import SandboxEnvironment, make_task
 from tests.conftest import TINY_POLICY
-from trainers._generation import Completion
-from trainers._tool_choice import force_tool_call, resolve_tool_choice
 from trainers.chat_format import TINY_CHAT_TEMPLATE
 from trainers.policy_server import build_choice
+from trainers.serving.sampling import Completion
+from trainers.serving.tool_choice import force_tool_call, resolve_tool_choice
 
 _OBS = SandboxEnvironment().reset(make_task("train", 0, "contact_phone"))  # "What is Pia's phone number?"
 MESSAGES: list[dict[str, Any]] = [dict(m) for m in _OBS.messages]

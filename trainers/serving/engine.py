@@ -1,153 +1,39 @@
-"""The batched sampling engine behind ``trainers.policy_server`` (model code only, no HTTP).
+"""The batched model runner behind the policy server (model code only, no HTTP, no threads).
 
 ``PolicyEngine`` owns a Hugging Face causal LM, its tokenizer and any runtime LoRA adapters, and
-knows how to prefill prompts and decode one token for a batch of rows with a KV cache.
-``BatchScheduler`` runs it on one worker thread: requests queue up, and between two decode steps
-the worker admits every queued request for the same model into the running batch (continuous
-batching at token boundaries), up to ``max_batch_size`` rows. Finished rows leave the batch at
-once, and cache columns that only padding still uses are trimmed, so short answers stop costing
-compute.
-
-Sampling is pure temperature / top-p: there is no top-k anywhere (``generate``'s default
-``top_k=50`` would make RL samples off-policy). The logprob reported for a token is the one of
-the distribution it was drawn from ("processed" logprobs in vLLM's terms): log-softmax of
-``logits / T``, renormalised over the top-p nucleus, floored at -9999.0. Greedy rows
-(``T == 0``) report the log-softmax of the raw logits.
+knows how to prefill prompts and decode one token for a batch of rows with a KV cache; the
+``BatchScheduler`` (``scheduler.py``) runs it on one worker thread. Rows can join a running batch
+(their caches are left-padded to a common width); finished rows leave it at once, and cache
+columns that only padding still uses are trimmed, so short answers stop costing compute.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import warnings
-from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from langgraph_evolver.errors import EvolverError
+from .errors import GenerationError, UnknownModelError
+from .sampling import Completion, SamplingParams, sample
 
-__all__ = [
-    "LOGPROB_FLOOR",
-    "BatchScheduler",
-    "Completion",
-    "GenerationError",
-    "PolicyEngine",
-    "SamplingParams",
-    "SchedulerStats",
-    "UnknownModelError",
-]
+__all__ = ["PolicyEngine"]
 
 logger = logging.getLogger("trainers.policy_server")
-
-LOGPROB_FLOOR = -9999.0
-"""vLLM's floor for reported logprobs (``-inf`` cannot travel as JSON)."""
 
 _STOP_WINDOW_MARGIN = 8
 """Tokens (and characters) beyond the longest stop string that the stop check decodes."""
 
 
-class GenerationError(EvolverError, ValueError):
-    """A generation or adapter request the engine cannot serve (HTTP 400 unless overridden)."""
-
-    status_code = 400
-
-
-class UnknownModelError(GenerationError):
-    """The requested model/adapter name or adapter path does not exist (HTTP 404)."""
-
-    status_code = 404
-
-
-class _WorkerStoppedError(GenerationError):
-    """The worker thread died; no request can be served until the server restarts (HTTP 503)."""
-
-    status_code = 503
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SamplingParams:
-    """How one row is sampled and when it stops."""
-
-    temperature: float = 1.0
-    """0 = greedy; otherwise logits are divided by it before the softmax."""
-    top_p: float = 1.0
-    """Nucleus mass kept (1.0 = the full distribution)."""
-    max_tokens: int = 16
-    """Completion tokens at most (the EOS token counts)."""
-    seed: int | None = None
-    """Seeds this row's own generator; ``None`` draws from the engine's generator."""
-    top_logprobs: int = 0
-    """How many most likely alternatives to report per position."""
-    stop: tuple[str, ...] = ()
-    """Stop strings, checked on the decoded completion."""
-    stop_token_ids: tuple[int, ...] = ()
-    """Extra token ids that end the row (kept in the ids, like EOS)."""
-    ignore_eos: bool = False
-    """Keep generating past EOS (benchmarks)."""
-    skip_special_tokens: bool = True
-    """How stop strings see the text (same as the response's decoding)."""
-
-    def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise GenerationError(f"temperature must be >= 0, got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise GenerationError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if self.max_tokens < 1:
-            raise GenerationError(f"max_tokens must be >= 1, got {self.max_tokens}.")
-        if self.top_logprobs < 0:
-            raise GenerationError(f"top_logprobs must be >= 0, got {self.top_logprobs}.")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Completion:
-    """One sampled sequence."""
-
-    token_ids: tuple[int, ...]
-    """Every sampled id, including the EOS / stop token that ended the row."""
-    logprobs: tuple[float, ...]
-    """Processed logprob of each id (one per id)."""
-    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None
-    """Per position, the ``top_logprobs`` most likely ``(id, logprob)`` pairs; None if not asked."""
-    finish_reason: Literal["stop", "length"]
-    stop_reason: int | str | None = None
-    """The stop token id or stop string that ended the row (None for EOS or length)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class SchedulerStats:
-    """Counters of the worker (read them for tests and benchmarks)."""
-
-    requests: int = 0
-    rows: int = 0
-    batches: int = 0
-    """Runs of the batch from empty to empty."""
-    prefills: int = 0
-    """Admission forwards (each admits every queued request that fits)."""
-    decode_steps: int = 0
-    max_running_rows: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-@dataclass(slots=True, eq=False)
-class _Request:
-    prompt_ids: list[int]
-    params: list[SamplingParams]
-    model: str
-    future: Future
-    rows: list[_Row] = field(default_factory=list)
-    remaining: int = 0
-
-
 @dataclass(slots=True, eq=False)
 class _Row:
-    request: _Request | None
+    request: Any
+    """The scheduler's request this row answers (None outside the scheduler)."""
     prompt_ids: list[int]
     params: SamplingParams
     generator: torch.Generator | None
@@ -165,17 +51,6 @@ class _Row:
             finish_reason=self.finish_reason or "length",
             stop_reason=self.stop_reason,
         )
-
-
-@dataclass(slots=True)
-class _RunLog:
-    """What one run of the batch (from empty to empty) did, for its debug log line."""
-
-    start: float = 0.0
-    requests: int = 0
-    rows: int = 0
-    steps: int = 0
-    tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -402,6 +277,12 @@ class PolicyEngine:
         batch.next_tokens = tokens
         return self.select(batch, keep), finished
 
+    def _sample(
+        self, logits: torch.Tensor, rows: list[_Row]
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[list[list[int]], list[list[float]]] | None]:
+        """Sampled ids, their logprobs and top alternatives for ``rows`` (a seam the tests script)."""
+        return sample(logits, [r.params for r in rows], [r.generator for r in rows], self._generator)
+
     def select(self, batch: _Batch, keep: Sequence[int]) -> _Batch | None:
         """Keep only the rows at ``keep`` (None when no row is left); frees their cache columns."""
         if not keep:
@@ -459,279 +340,3 @@ class PolicyEngine:
             if len(tail) == len(r.token_ids) or len(text) >= longest + _STOP_WINDOW_MARGIN:
                 return next((s for s in r.params.stop if s and s in text), None)
             window *= 2
-
-    def _sample(
-        self, logits: torch.Tensor, rows: list[_Row]
-    ) -> tuple[torch.Tensor, torch.Tensor, tuple[list[list[int]], list[list[float]]] | None]:
-        """Sampled ids, their processed logprobs and (if any row asks) the top alternatives."""
-        temps = [r.params.temperature for r in rows]
-        if all(t == 0 for t in temps):
-            logp = torch.log_softmax(logits, dim=-1)
-            tokens = logits.argmax(dim=-1)
-        else:
-            scale = torch.tensor([t if t > 0 else 1.0 for t in temps], dtype=logits.dtype)
-            logp = torch.log_softmax(logits / scale[:, None], dim=-1)
-            nucleus = [i for i, r in enumerate(rows) if r.params.temperature > 0 and r.params.top_p < 1]
-            if nucleus:
-                top_p = torch.tensor([rows[i].params.top_p for i in nucleus], dtype=logits.dtype)
-                logp[nucleus] = _top_p_filter(logp[nucleus], top_p)
-            tokens = logits.argmax(dim=-1)  # kept for greedy rows
-            sampled = [i for i, t in enumerate(temps) if t > 0]
-            if sampled:
-                # One uniform per row (from the row's own generator when it has a seed), inverse CDF.
-                uniform = torch.rand(len(sampled), generator=self._generator, dtype=torch.float64)
-                for j, i in enumerate(sampled):
-                    if rows[i].generator is not None:
-                        uniform[j] = torch.rand(1, generator=rows[i].generator, dtype=torch.float64)[0]
-                tokens[sampled] = _inverse_cdf(logp[sampled], uniform)
-        chosen = logp.gather(1, tokens[:, None])[:, 0].clamp(min=LOGPROB_FLOOR)
-        k = max(r.params.top_logprobs for r in rows)
-        top = None
-        if k:
-            vals, ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
-            top = (ids.tolist(), vals.clamp(min=LOGPROB_FLOOR).tolist())
-        return tokens, chosen, top
-
-
-def _inverse_cdf(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Draw one id per row of ``exp(logp)`` given one uniform in [0, 1) per row.
-
-    Cheaper than ``torch.multinomial`` (one random number per row instead of one per vocabulary
-    entry). Zero-probability ids are never drawn: the CDF does not rise at them.
-    """
-    cdf = logp.double().exp().cumsum(dim=-1)
-    target = uniform[:, None] * cdf[:, -1:]
-    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp(max=logp.shape[-1] - 1)
-
-
-def _top_p_filter(logp: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise."""
-    sorted_logp, order = logp.sort(dim=-1)  # ascending, as vLLM does
-    cumulative = sorted_logp.exp().cumsum(dim=-1)
-    drop = cumulative <= (1 - top_p)[:, None]
-    drop[:, -1] = False  # always keep the most likely token
-    sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
-    filtered = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
-    return torch.log_softmax(filtered, dim=-1)
-
-
-class BatchScheduler:
-    """A single worker thread that serves queued requests from one running batch.
-
-    Between decode steps the worker admits every queued request for the batch's model that fits in
-    ``max_batch_size`` rows (one prefill forward for all of them). Requests for another model wait
-    until the running batch drains (one model/adapter per batch); control calls (adapter load and
-    unload) also run only when no batch is running, so they never change weights under a request.
-    """
-
-    def __init__(self, engine: PolicyEngine, *, max_batch_size: int = 32) -> None:
-        if max_batch_size < 1:
-            raise GenerationError(f"max_batch_size must be >= 1, got {max_batch_size}.")
-        self.engine = engine
-        self.max_batch_size = max_batch_size
-        self.stats = SchedulerStats()
-        self._cv = threading.Condition()
-        self._pending: deque[_Request] = deque()
-        self._controls: deque[tuple[Callable[[], Any], Future]] = deque()
-        self._closed = False
-        self._failure: BaseException | None = None
-        """What killed the worker thread (None while it runs or after a clean shutdown)."""
-        self._thread = threading.Thread(target=self._run, name="policy-engine", daemon=True)
-        self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive() and not self._closed
-
-    def submit(
-        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], *, model: str | None = None
-    ) -> Future:
-        """Queue one prompt with one ``SamplingParams`` per choice; the future gives a ``list[Completion]``."""
-        if not params:
-            raise GenerationError("A request needs at least one choice (n >= 1).")
-        if len(params) > self.max_batch_size:
-            raise GenerationError(f"n={len(params)} exceeds the server's max batch size {self.max_batch_size}.")
-        if not prompt_ids:
-            raise GenerationError("The prompt is empty.")
-        name = self.engine.check_model(model)
-        request = _Request(prompt_ids=list(prompt_ids), params=list(params), model=name, future=Future())
-        with self._cv:
-            self._check_open()
-            self._pending.append(request)
-            self._cv.notify()
-        return request.future
-
-    def call(self, fn: Callable[[], Any]) -> Future:
-        """Run ``fn`` on the worker thread when no batch is running (e.g. loading an adapter)."""
-        future: Future = Future()
-        with self._cv:
-            self._check_open()
-            self._controls.append((fn, future))
-            self._cv.notify()
-        return future
-
-    def _check_open(self) -> None:
-        """Refuse new work once the worker is gone (call with ``self._cv`` held)."""
-        if self._closed and self._failure is None:
-            raise GenerationError("The policy server is shutting down.")
-        if self._failure is not None or not self._thread.is_alive():
-            reason = f"{type(self._failure).__name__}: {self._failure}" if self._failure else "the thread exited"
-            raise _WorkerStoppedError(f"the generation worker stopped: {reason}; restart the server")
-
-    def close(self, timeout: float = 10.0) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify()
-        self._thread.join(timeout)
-
-    # -- worker -------------------------------------------------------------------------------
-    def _run(self) -> None:
-        batch: _Batch | None = None
-        admitted: list[_Request] = []
-        run = _RunLog()
-        try:
-            while True:
-                control, admitted, finished = None, [], []
-                with self._cv:
-                    while not self._closed and batch is None and not self._pending and not self._controls:
-                        self._cv.wait()
-                    if self._closed:
-                        self._fail_all(batch, GenerationError("The policy server shut down."))
-                        return
-                    if self._controls and batch is None:
-                        control = self._controls.popleft()
-                    elif not self._controls:
-                        admitted = self._admissible(batch)
-                if control is not None:
-                    fn, future = control
-                    if future.set_running_or_notify_cancel():  # False: the caller went away, skip it
-                        try:
-                            future.set_result(fn())
-                        except Exception as e:  # reported to the caller
-                            future.set_exception(e)
-                    continue
-                if admitted:
-                    if batch is None:
-                        run = _RunLog(start=time.perf_counter())
-                        self.stats.batches += 1
-                    try:
-                        with torch.inference_mode():
-                            new, finished = self._prefill(admitted)
-                    except Exception as e:  # only these requests fail; the running batch goes on
-                        self._log_failure(e)
-                        self._fail_all(None, e, admitted)
-                        continue
-                    run.requests += len(admitted)
-                    run.rows += sum(len(r.rows) for r in admitted)
-                elif batch is None:  # every queued request was cancelled before it started
-                    continue
-                try:
-                    with torch.inference_mode():
-                        if admitted:
-                            batch = self.engine.join(batch, new)
-                        elif batch is not None:
-                            batch = self._drop_cancelled(batch)
-                            if batch is not None:
-                                batch, finished = self.engine.decode(batch)
-                            self.stats.decode_steps += 1
-                            run.steps += 1
-                except Exception as e:  # a failing batch must not kill the server
-                    self._log_failure(e)
-                    self._fail_all(batch, e)
-                    batch = None
-                    continue
-                self.stats.max_running_rows = max(self.stats.max_running_rows, len(batch.rows) if batch else 0)
-                run.tokens += self._finish(finished)
-                if batch is None:
-                    elapsed = time.perf_counter() - run.start
-                    logger.debug(
-                        "batch done: %d requests, %d rows, %d decode steps, "
-                        "%d completion tokens in %.3f s (%.0f tok/s)",
-                        run.requests,
-                        run.rows,
-                        run.steps,
-                        run.tokens,
-                        elapsed,
-                        run.tokens / max(elapsed, 1e-9),
-                    )
-        except BaseException as e:  # a bug in this loop: fail every caller rather than leave them waiting forever
-            logger.exception("the generation worker stopped; failing every queued and running request")
-            with self._cv:
-                self._failure = e
-                self._closed = True
-                self._fail_all(batch, e, admitted)
-
-    @staticmethod
-    def _log_failure(e: Exception) -> None:
-        if isinstance(e, GenerationError):
-            logger.warning("generation failed: %s", e)
-        else:
-            logger.exception("generation failed; failing the requests of this batch")
-
-    def _admissible(self, batch: _Batch | None) -> list[_Request]:
-        """Pop the queued requests that join ``batch`` now (FIFO; stops at another model's request)."""
-        if batch is not None and not self.engine.can_join:
-            return []
-        model = batch.model if batch is not None else (self._pending[0].model if self._pending else None)
-        room = self.max_batch_size - (len(batch.rows) if batch is not None else 0)
-        admitted = []
-        while self._pending and self._pending[0].model == model and len(self._pending[0].params) <= room:
-            request = self._pending.popleft()
-            if request.future.cancelled():  # the caller went away before it started
-                continue
-            room -= len(request.params)
-            admitted.append(request)
-        return admitted
-
-    def _prefill(self, admitted: list[_Request]) -> tuple[_Batch | None, list[_Row]]:
-        model = admitted[0].model
-        rows = []
-        for request in admitted:
-            request.rows = [self.engine.new_row(request.prompt_ids, p, i) for i, p in enumerate(request.params)]
-            request.remaining = len(request.rows)
-            for row in request.rows:
-                row.request = request
-            rows.extend(request.rows)
-        self.stats.prefills += 1
-        self.stats.requests += len(admitted)
-        self.stats.rows += len(rows)
-        self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in admitted)
-        logger.debug(
-            "admit %d requests (%d rows, %d prompt tokens) for model %s",
-            len(admitted),
-            len(rows),
-            sum(len(r.prompt_ids) for r in admitted),
-            model,
-        )
-        return self.engine.prefill(rows, model)
-
-    def _drop_cancelled(self, batch: _Batch) -> _Batch | None:
-        """Stop decoding rows whose caller went away (their future was cancelled)."""
-        keep = [i for i, r in enumerate(batch.rows) if r.request is None or not r.request.future.cancelled()]
-        return self.engine.select(batch, keep)
-
-    def _finish(self, finished: list[_Row]) -> int:
-        tokens = 0
-        for row in finished:
-            tokens += len(row.token_ids)
-            request = row.request
-            assert request is not None
-            request.remaining -= 1
-            if request.remaining == 0 and request.future.set_running_or_notify_cancel():
-                request.future.set_result([r.completion() for r in request.rows])
-        self.stats.completion_tokens += tokens
-        return tokens
-
-    def _fail_all(self, batch: _Batch | None, error: BaseException, admitted: Sequence[_Request] = ()) -> None:
-        requests = {id(r.request): r.request for r in (batch.rows if batch else []) if r.request is not None}
-        requests.update({id(r): r for r in admitted})
-        if self._closed:
-            requests.update({id(r): r for r in self._pending})
-            self._pending.clear()
-            for _, future in self._controls:
-                if not future.done() and future.set_running_or_notify_cancel():
-                    future.set_exception(error)
-            self._controls.clear()
-        for request in requests.values():
-            if not request.future.done() and request.future.set_running_or_notify_cancel():
-                request.future.set_exception(error)

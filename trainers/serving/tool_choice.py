@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._generation import GenerationError
+from .errors import GenerationError
 
 __all__ = ["ForcedToolCall", "ToolChoice", "force_tool_call", "resolve_tool_choice"]
 
