@@ -21,10 +21,12 @@ from trainers.samples import (
 TASK = Task(id="t1", env="sandbox", query="q")
 
 
-def _traj(transitions: list[Transition], *, reward: float | None = 1.0, errors: int = 0, finish: str = "final_answer"):
+def _traj(transitions: list[Transition], *, reward: float | None = 1.0, errors: int = 0, finish: str = "final_answer",
+          messages: tuple[str, ...] = ()):  # fmt: skip
     steps = [Step(index=i, action=Action(content="x"), transition=tr, error="bad call" if i < errors else None)
              for i, tr in enumerate(transitions)]  # fmt: skip
-    return Trajectory(id="g/0/x", task=TASK, steps=tuple(steps), reward=reward, finish_reason=finish)  # type: ignore[arg-type]
+    return Trajectory(id="g/0/x", task=TASK, steps=tuple(steps), reward=reward, finish_reason=finish,  # type: ignore[arg-type]
+                      errors=messages)  # fmt: skip
 
 
 def _tr(prompt, completion, logps=None, version="v0"):
@@ -68,6 +70,90 @@ def test_shaped_reward_penalizes_malformed_calls_and_skips_failed_rollouts():
     assert shaped_reward(t, 0.1) == pytest.approx(0.9)
     assert shaped_reward(_traj([_tr([1], [2])], reward=1.0, finish="error"), 0.1) is None
     assert shaped_reward(_traj([], reward=1.0), 0.1) is None  # no LLM call recorded: nothing to train
+
+
+# What arun_episode records (dropin.py) for a 400 from vLLM / our server when the prompt outgrew the window.
+CONTEXT_400 = ("rollout crashed: BadRequestError: Error code: 400 - {'error': {'message': \"This model's maximum "
+               "context length is 2048 tokens. However, your request has 2100 input tokens.\", 'code': 400}}")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("messages", "kind"),
+    [
+        ((CONTEXT_400,), "policy"),
+        (("rollout crashed: GraphRecursionError: Recursion limit of 100 reached without hitting a stop condition",),
+         "policy"),  # fmt: skip
+        (("rollout crashed: APIConnectionError: Connection error.",), "infrastructure"),
+        (("environment reset failed: EnvironmentFailure: service at http://env:8100 unreachable",), "infrastructure"),
+        ((CONTEXT_400, "evaluation failed: EnvironmentFailure: instance expired"), "infrastructure"),
+        (("rollout crashed: InternalServerError: Error code: 500",), "infrastructure"),
+    ],
+)
+def test_policy_failures_are_scored_and_infrastructure_failures_left_out(messages, kind):
+    from trainers.grpo_trainer import failure_kind
+
+    t = _traj([_tr([1, 2], [3]), _tr([1, 2, 3, 4], [5])], reward=1.0, errors=1, finish="error", messages=messages)
+    assert failure_kind(t) == kind
+    if kind == "policy":  # 0 minus the penalty, whatever the environment said after the crash
+        assert shaped_reward(t, 0.1) == pytest.approx(-0.1)
+        assert shaped_reward(t, 0.1, policy_failure_reward=-0.5) == pytest.approx(-0.6)
+    else:
+        assert shaped_reward(t, 0.1) is None
+    assert failure_kind(_traj([_tr([1], [2])])) is None
+
+
+def test_a_context_length_failure_gets_a_negative_advantage_in_its_group():
+    ok = _traj([_tr([1], [2])], reward=0.5)
+    blown = _traj([_tr([1], [2])], reward=None, finish="error", messages=(CONTEXT_400,))
+    down = _traj([_tr([1], [2])], reward=None, finish="error", messages=("rollout crashed: APIConnectionError: x",))
+    rewards = [shaped_reward(t, 0.1) for t in (ok, blown, down, ok)]
+    adv = group_advantages(rewards, ["a"] * 4).advantages
+    assert adv[2] is None  # the outage: left out, no advantage
+    assert adv[1] < 0 < adv[0] == adv[3]  # the policy's own failure: scored below the rollouts that finished
+
+
+def test_a_context_length_400_from_the_endpoint_is_classified_as_the_policys_failure():
+    """Through the real rollout path: a chat model that answers like an endpoint whose window is full."""
+    import asyncio
+
+    import httpx
+    import openai
+    from langchain_core.language_models import BaseChatModel
+
+    from langgraph_evolver.dropin import arun_episode, as_agent
+    from trainers.grpo_trainer import failure_kind
+
+    request = httpx.Request("POST", "http://policy/v1/chat/completions")
+    message = "This model's maximum context length is 2048 tokens. However, your request has 2100 input tokens."
+
+    class FullWindow(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "full-window"
+
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            raise openai.BadRequestError(message, response=httpx.Response(400, request=request),
+                                         body={"message": message})  # fmt: skip
+
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    model = FullWindow()
+
+    async def act(state: MessagesState) -> dict:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("act", act)
+    graph.add_edge(START, "act")
+    graph.add_edge("act", END)
+    from env_tools.base import load_environment
+
+    task = load_environment("sandbox").list_tasks("train")[0]
+    traj = asyncio.run(arun_episode(as_agent(graph.compile()), task))
+    assert traj.finish_reason == "error" and failure_kind(traj) == "policy", traj.errors
 
 
 # -- rows and merging ---------------------------------------------------------------------------

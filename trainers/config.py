@@ -225,6 +225,15 @@ class EvolverGRPOConfig(GRPOConfig):
             "tool, bad arguments). Without it GRPO on a tiny model lets well-formed calls collapse."
         },  # fmt: skip
     )
+    policy_failure_reward: float = field(
+        default=0.0,
+        metadata={
+            "help": "The reward (before the malformed-call penalty) of a rollout that failed because of the policy "
+            "itself: its prompt outgrew the context window (the endpoint's 400) or the episode ran away (graph "
+            "recursion limit). Such rollouts are scored and trained on; failures outside the policy (endpoint or "
+            "environment down) are left out of their group and counted."
+        },  # fmt: skip
+    )
     merge_prefix_transitions: bool = field(
         default=True,
         metadata={

@@ -9,7 +9,9 @@ checkpointing and logging, and replaces where the batch comes from:
    ``graphs/agent.py``) against a fresh environment, at the policy endpoint, concurrently.
 2. Rewards: the environment's outcome score minus ``malformed_call_penalty`` per malformed call.
    GRPO advantages over the rollouts of one task (gathered across ranks). A rollout that failed
-   for reasons outside the policy (endpoint or environment down) is recorded and left out.
+   for reasons outside the policy (endpoint or environment down) is recorded and left out; one
+   that failed because of the policy (its outputs outgrew the context window, a runaway episode)
+   is scored ``policy_failure_reward`` (0) minus its penalties, so bad behaviour is punished.
 3. Each LLM call is a transition (exact prompt/completion ids and the **behaviour logprobs**
    from the endpoint). Those logprobs are the ``old_per_token_logps`` of the loss: TRL's default
    (old = detached current) makes the ratio exactly 1, so clipping would never act.
@@ -35,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from accelerate.utils import gather_object
@@ -65,7 +67,7 @@ from .samples import (
     trajectory_samples,
 )
 
-__all__ = ["EvolverGRPOTrainer", "malformed_calls", "shaped_reward", "transition_advantages"]
+__all__ = ["EvolverGRPOTrainer", "failure_kind", "malformed_calls", "shaped_reward", "transition_advantages"]
 
 _JUDGE_TOTALS = ("fallbacks", "input_tokens", "output_tokens", "cost_usd")  # summed over ranks, logged per step
 
@@ -77,11 +79,57 @@ def malformed_calls(trajectory: Trajectory) -> int:
     return sum(1 for s in trajectory.steps if s.error)
 
 
-def shaped_reward(trajectory: Trajectory, malformed_call_penalty: float) -> float | None:
-    """Outcome reward minus the malformed-call penalty; ``None`` when the rollout itself failed."""
-    if trajectory.finish_reason == "error" or trajectory.reward is None or not trajectory.transitions:
+# Errors the policy caused (lower-case substrings of a trajectory's error lines). Context length:
+# vLLM, SGLang, OpenAI and our server all say "maximum context length" (OpenAI's code is
+# "context_length_exceeded"); a runaway episode: LangGraph's recursion limit or our turn limit
+# raised where the rollout could not turn it into ``max_turns`` (inside a subgraph or a tool).
+POLICY_FAILURE_MARKERS = (
+    "maximum context length",
+    "context_length_exceeded",
+    "context length exceeded",
+    "prompt is too long",
+    "graphrecursionerror",
+    "recursion limit",
+    "turnlimitreached",
+)
+
+
+def failure_kind(trajectory: Trajectory) -> Literal["policy", "infrastructure"] | None:
+    """Why a rollout ended in an error: ``"policy"`` (its own outputs caused it: score it),
+    ``"infrastructure"`` (endpoint, environment, evaluation, capture: leave it out), or ``None``.
+
+    A rollout counts as a policy failure only when every error line is one of
+    ``POLICY_FAILURE_MARKERS``; any other error (or an unknown one) is infrastructure, so an
+    outage is never scored as the policy's fault.
+    """
+    if trajectory.finish_reason != "error":
         return None
-    return float(trajectory.reward) - malformed_call_penalty * malformed_calls(trajectory)
+    lines = [e.lower() for e in trajectory.errors]
+    if lines and all(any(m in line for m in POLICY_FAILURE_MARKERS) for line in lines):
+        return "policy"
+    return "infrastructure"
+
+
+def shaped_reward(trajectory: Trajectory, malformed_call_penalty: float, *,
+                  policy_failure_reward: float = 0.0) -> float | None:  # fmt: skip
+    """Outcome reward minus the malformed-call penalty.
+
+    A policy failure (``failure_kind``) scores ``policy_failure_reward`` minus the penalty; ``None``
+    (no advantage, left out of its group) for an infrastructure failure or a rollout with no LLM call.
+    """
+    if not trajectory.transitions:
+        return None
+    kind = failure_kind(trajectory)
+    if kind == "infrastructure" or (kind is None and trajectory.reward is None):
+        return None
+    base = policy_failure_reward if kind == "policy" else float(trajectory.reward)  # type: ignore[arg-type]
+    return base - malformed_call_penalty * malformed_calls(trajectory)
+
+
+def _outcome(trajectory: Trajectory) -> float | None:
+    """The outcome reward the metrics report: 0 for a policy failure, none for an infrastructure one."""
+    kind = failure_kind(trajectory)
+    return trajectory.reward if kind is None else 0.0 if kind == "policy" else None
 
 
 def environment_reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
@@ -256,8 +304,9 @@ class EvolverGRPOTrainer(GRPOTrainer):
 
         # Rewards (and step labels) of every rank's rollouts; advantages per LLM call.
         attributing = self.judge is not None
-        local = [(t.group_id, shaped_reward(t, args.malformed_call_penalty), t.reward,
-                  label_signs(t) if attributing else None) for t in trajectories]  # fmt: skip
+        local = [(t.group_id, shaped_reward(t, args.malformed_call_penalty,
+                                            policy_failure_reward=args.policy_failure_reward),
+                  _outcome(t), label_signs(t) if attributing else None) for t in trajectories]  # fmt: skip
         everything = gather_object(local)
         per_rollout, adv = self._advantages(everything, step)
         samples: list[Sample] = []
@@ -469,6 +518,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         m["zero_variance_share"].append(adv.zero_variance_share)
         m["frac_reward_zero_std"].append(adv.zero_variance_share)
         m["rollout/failed"].append(sum(r is None for _, r, _, _ in everything))
+        m["rollout/policy_failures"].append(total["policy_failures"])
         m["rollout/turns_mean"].append(total["turns"] / max(total["rollouts"], 1))
         m["rollout/well_formed_calls"].append(1 - total["malformed"] / max(total["attempts"], 1))
         m["rollout/per_s"].append(total["rollouts"] / max(rollout_s, 1e-9))
@@ -484,22 +534,24 @@ class EvolverGRPOTrainer(GRPOTrainer):
 
     def _rollout_stats(self, trajectories: list[Trajectory], samples: list[Sample], step: int) -> dict[str, Any]:
         well_formed, attempts = well_formed_counts(trajectories)
-        turns = staleness = staleness_n = 0
+        turns = staleness = staleness_n = policy_failures = 0
         reasons = ""
         for t in trajectories:
             turns += len(t.steps)
+            policy_failures += failure_kind(t) == "policy"
             for tr in t.transitions:
                 if tr.model_version in self._version_steps:
                     staleness += step - self._version_steps[tr.model_version]
                     staleness_n += 1
-            if t.finish_reason == "error" and t.errors:
+            if failure_kind(t) == "infrastructure" and t.errors:
                 reasons += t.errors[-1][:120] + "; "
         real = [s for s in samples if s.trained_tokens]  # not padding or probe rows
         return {"rollouts": len(trajectories), "turns": turns, "malformed": attempts - well_formed,
                 "attempts": attempts,
                 "rows": len(real), "transitions": sum(s.transitions for s in real),
                 "trained_tokens": sum(s.trained_tokens for s in real), "row_tokens": sum(len(s) for s in real),
-                "staleness": staleness, "staleness_n": staleness_n, "failed_reasons": reasons}  # fmt: skip
+                "staleness": staleness, "staleness_n": staleness_n, "failed_reasons": reasons,
+                "policy_failures": policy_failures}  # fmt: skip
 
     def _save_trajectories(self, trajectories: list[Trajectory], step: int) -> None:
         if not self.args.save_trajectories or not self.accelerator.is_main_process:
