@@ -73,16 +73,20 @@ def test_shaped_reward_penalizes_malformed_calls_and_skips_failed_rollouts():
 
 
 # What arun_episode records (dropin.py) for a 400 from vLLM / our server when the prompt outgrew the window.
-CONTEXT_400 = ("rollout crashed: BadRequestError: Error code: 400 - {'error': {'message': \"This model's maximum "
-               "context length is 2048 tokens. However, your request has 2100 input tokens.\", 'code': 400}}")  # fmt: skip
+CONTEXT_400 = (
+    "rollout crashed: BadRequestError: Error code: 400 - {'error': {'message': \"This model's maximum context "
+    "length is 2048 tokens. However, your request has 2100 input tokens.\", 'code': 400}}"
+)
 
 
 @pytest.mark.parametrize(
     ("messages", "kind"),
     [
         ((CONTEXT_400,), "policy"),
-        (("rollout crashed: GraphRecursionError: Recursion limit of 100 reached without hitting a stop condition",),
-         "policy"),  # fmt: skip
+        (
+            ("rollout crashed: GraphRecursionError: Recursion limit of 100 reached without hitting a stop condition",),
+            "policy",
+        ),  # fmt: skip
         (("rollout crashed: APIConnectionError: Connection error.",), "infrastructure"),
         (("environment reset failed: EnvironmentFailure: service at http://env:8100 unreachable",), "infrastructure"),
         ((CONTEXT_400, "evaluation failed: EnvironmentFailure: instance expired"), "infrastructure"),
