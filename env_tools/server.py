@@ -136,6 +136,8 @@ class ToolObservationModel(BaseModel):
 class StepResultModel(BaseModel):
     observations: list[ToolObservationModel]
     done: bool
+    messages: list[dict[str, Any]] | None = None  # a multi-turn environment's next user turn
+    tools: list[dict[str, Any]] | None = None  # the tools from then on, when they change
 
 
 class EvaluateResponse(BaseModel):
@@ -358,7 +360,7 @@ def create_app(
             instance_id = table.add(env, task.id)
         return {"instance_id": instance_id, "observation": observation}
 
-    @app.post("/instances/{instance_id}/step", response_model=StepResultModel)
+    @app.post("/instances/{instance_id}/step", response_model=StepResultModel, response_model_exclude_none=True)
     def step(instance_id: str, body: StepRequest) -> dict[str, Any]:
         action = Action.from_dict(body.action.model_dump())
         with table.use(instance_id) as inst:

@@ -137,7 +137,8 @@ class TrajectoryRecorder(BaseCallbackHandler):
     """Records the LLM calls and tool results of one run (see the module docstring).
 
     Args:
-        max_turns: Stop the run (``TurnLimitReached``) before the policy's ``max_turns + 1``-th call.
+        max_turns: Stop the run (``TurnLimitReached``) before the policy's ``max_turns + 1``-th call
+            (per user turn: ``start_user_turn`` starts the count again for a multi-turn environment's next message).
         train_tool_llm_calls: Also train on policy calls made inside tools.
     """
 
@@ -149,6 +150,9 @@ class TrajectoryRecorder(BaseCallbackHandler):
     _tool_runs: dict[UUID, _ToolRun] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     turn_limit_hit: bool = False
+    user_turns: int = 1
+    """User turns of the run so far (a multi-turn environment sends more than one)."""
+    _turn_base: int = 0
 
     # Exceptions from handlers are swallowed by LangChain unless raise_error: only the turn limit is
     # raised on purpose; everything else is caught here so recording can never break the user's graph.
@@ -206,7 +210,7 @@ class TrajectoryRecorder(BaseCallbackHandler):
                 kind=str(metadata.get("evolver_step_kind") or "action"),
             )
             if policy and self.max_turns is not None and not call.in_tool and call.kind == "action":
-                made = sum(c.policy and not c.in_tool and c.kind == "action" for c in self.calls)
+                made = sum(c.policy and not c.in_tool and c.kind == "action" for c in self.calls) - self._turn_base
                 if made >= self.max_turns:
                     self.turn_limit_hit = True
                     raise TurnLimitReached(f"the run reached max_turns={self.max_turns} policy calls")
@@ -262,6 +266,12 @@ class TrajectoryRecorder(BaseCallbackHandler):
         if run is not None and run.call_id:
             run.output = ToolObservation(call_id=run.call_id, name=run.name, is_error=True,
                                          content=f"Error: {type(error).__name__}: {error}")  # fmt: skip
+
+    def start_user_turn(self) -> None:
+        """A new user message arrived (multi-turn environments): ``max_turns`` counts from here."""
+        with self._lock:
+            self._turn_base = sum(c.policy and not c.in_tool and c.kind == "action" for c in self.calls)
+            self.user_turns += 1
 
     # -- assembly ---------------------------------------------------------------------------------
     @property

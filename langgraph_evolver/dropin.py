@@ -18,6 +18,11 @@ rollout is reachable from inside the run through ``current_rollout()``, which is
 middleware finds the policy and the tools), hand the graph's final AI text to the environment as
 the answer, score it, and assemble the trajectory. Nothing raises: every failure is recorded
 in the trajectory's ``errors`` with what to do about it.
+
+Multi-turn environments answer a final answer with the next user message (``StepResult.messages``,
+``done=False``, optionally new ``tools``): the graph is invoked again on its final state plus that
+message (``AgentSpec.next_input``; rebuilt first when the tools changed), and ``max_turns`` counts
+policy calls per user turn.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ __all__ = [
     "as_agent",
     "current_rollout",
     "default_input",
+    "default_next_input",
     "environment_tools",
     "load_object",
     "set_environment_loader",
@@ -163,6 +169,18 @@ def default_input(task: Task) -> dict[str, Any]:
     return {"messages": [("user", task.query)]}
 
 
+def default_next_input(state: Any, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The graph's final state's ``messages`` plus the environment's next user turn (multi-turn environments)."""
+    history = state.get("messages") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise ConfigError(
+            "A multi-turn environment sent the next user message, but the graph's final state has no 'messages' "
+            "list to continue: give AgentSpec(next_input=(state, messages) -> input)."
+        )
+    return {"messages": [*history, *({"role": m.get("role", "user"), "content": m.get("content") or ""}
+                                     for m in messages)]}  # fmt: skip
+
+
 @functools.lru_cache(maxsize=256)
 def _arity(fn: Callable[..., Any]) -> int:
     try:
@@ -187,6 +205,7 @@ class AgentSpec:
         reward: ``(task, final_state, trajectory) -> float`` instead of the environment's ``evaluate()``.
         name: Shown in traces and reports.
         applies_context: See the attribute.
+        next_input: ``(final_state, messages) -> graph input`` for a multi-turn environment's next user turn.
     """
 
     build: Callable[[BaseChatModel, list[BaseTool]], Any] | None = None
@@ -194,6 +213,7 @@ class AgentSpec:
     to_input: Callable[..., dict[str, Any]] = default_input
     reward: Callable[[Task, Any, Trajectory], float] | None = None
     name: str = "agent"
+    next_input: Callable[[Any, Sequence[dict[str, Any]]], Any] = default_next_input
     applies_context: bool = False
     """The graph applies its context template itself (our agent); else the runner hands the factory a
     policy model that applies it (stateless templates) and ``EvolverMiddleware`` applies it for ``create_agent``."""
@@ -368,9 +388,26 @@ async def arun_episode(
         "recursion_limit": recursion_limit,
     }
     token = _CURRENT.set(rollout)
+    answered = False
     try:
-        graph = agent.graph_for(_templated(policy, context_template, agent, rollout.experience), rollout.tools)
-        state = await graph.ainvoke(agent.input_for(task, observation), config)
+        model = _templated(policy, context_template, agent, rollout.experience)
+        graph = agent.graph_for(model, rollout.tools)
+        payload = agent.input_for(task, observation)
+        while True:
+            state = await graph.ainvoke(payload, config)
+            answer = recorder.final_text(state)
+            if answer is None:
+                break
+            result = await env.astep(Action(content=answer))
+            answered = True
+            if result.done or not result.messages:
+                break
+            answered = False  # a multi-turn environment's next user turn: the rollout goes on
+            if result.tools is not None:
+                rollout.tools = environment_tools(None, list(result.tools))
+                graph = agent.graph_for(model, rollout.tools)
+            recorder.start_user_turn()
+            payload = agent.next_input(state, result.messages)
     except TurnLimitReached:
         finish = "max_turns"
     except Exception as e:
@@ -381,10 +418,7 @@ async def arun_episode(
     finally:
         _CURRENT.reset(token)
     try:
-        answer = recorder.final_text(state) if finish is None and not errors else None
-        if answer is not None:
-            await env.astep(Action(content=answer))
-        elif finish is None and not errors:
+        if not answered and finish is None and not errors:
             finish = "max_turns"  # the graph stopped without answering (its own turn limit)
         if capture and not recorder.calls and not errors:
             errors.append("the graph made no LLM call: check that its model is the one the factory receives and "
@@ -406,6 +440,11 @@ async def arun_episode(
         await _close(env)
     metadata = {"latency_s": round(time.perf_counter() - started, 4), "agent": agent.name,
                 **_context_stats(state, rollout), **navigation}  # fmt: skip
+    if recorder.user_turns > 1:
+        metadata["user_turns"] = recorder.user_turns
+    details = getattr(env, "last_evaluation", None)  # e.g. a benchmark checker's verdict and reason
+    if isinstance(details, dict):
+        metadata["evaluation"] = details
     return recorder.trajectory(task, reward=reward, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
                                rollout_index=rollout_index, finish_reason=finish, errors=errors, metadata=metadata,
                                experience_ids=rollout.experience.ids if rollout.experience else ())  # fmt: skip

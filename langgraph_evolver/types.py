@@ -153,14 +153,26 @@ class StepResult:
 
     observations: tuple[ToolObservation, ...] = ()
     done: bool = False
+    messages: tuple[dict[str, Any], ...] = ()
+    """Multi-turn environments: the next user turn (OpenAI-style messages), sent in answer to a final
+    answer with ``done=False``; the rollout goes on with them. Empty: no further turn."""
+    tools: tuple[dict[str, Any], ...] | None = None
+    """The tool schemas offered from the next user turn on, when the environment changes them (``None``: unchanged)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"observations": [o.to_dict() for o in self.observations], "done": self.done}
+        data: dict[str, Any] = {"observations": [o.to_dict() for o in self.observations], "done": self.done}
+        if self.messages:
+            data["messages"] = [dict(m) for m in self.messages]
+        if self.tools is not None:
+            data["tools"] = [dict(t) for t in self.tools]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepResult:
         obs = tuple(ToolObservation.from_dict(o) for o in data.get("observations") or [])
-        return cls(observations=obs, done=bool(data.get("done", False)))
+        tools = data.get("tools")
+        return cls(observations=obs, done=bool(data.get("done", False)), messages=tuple(data.get("messages") or ()),
+                   tools=None if tools is None else tuple(tools))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
