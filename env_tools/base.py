@@ -6,6 +6,12 @@ calls, ``evaluate()`` scores the final state in [0, 1], ``close()`` frees it. A 
 (unknown tool, bad JSON, wrong arguments, an exception inside a tool) yields an error
 observation; it never raises out of ``step``.
 
+A multi-turn environment (a conversation of several user messages, e.g. BFCL's multi-turn
+categories) answers a final answer (``Action(content=...)`` without tool calls) with
+``StepResult(done=False, messages=(next user message,), tools=...)``: the rollout runner hands the
+message to the agent and goes on (``tools`` replaces the offered tools when it is not ``None``).
+``done=True`` (or no ``messages``) ends the conversation.
+
 The async twins default to calling the sync methods (right for fast in-process worlds); remote
 environments (``env_tools.client.RemoteEnvironment``) implement them natively.
 """
@@ -37,7 +43,11 @@ class Environment(ABC):
 
     @abstractmethod
     def step(self, action: Action) -> StepResult:
-        """Execute the agent's turn. Tool errors become observations with ``is_error=True``."""
+        """Execute the agent's turn. Tool errors become observations with ``is_error=True``.
+
+        A final answer gets ``done=True``, or, from a multi-turn environment, the next user turn in
+        ``StepResult.messages`` with ``done=False``.
+        """
 
     @abstractmethod
     def evaluate(self) -> float:
@@ -77,6 +87,7 @@ EnvironmentFactory = Callable[..., Environment]
 
 _REGISTRY: dict[str, str | EnvironmentFactory] = {
     "sandbox": "env_tools.sandbox:SandboxEnvironment",
+    "bfcl": "env_tools.bfcl:BFCLEnvironment",  # needs bfcl-eval (make install-bfcl)
 }
 
 
