@@ -5,6 +5,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# BFCL's multi-turn data, backends and checker (env_tools/bfcl). Its own dependency list pins numpy
+# and pulls CUDA torch, so it is installed without it: the executor and checker need only these.
+BFCL_PACKAGES := bfcl-eval==2026.3.23 mpmath==1.3.0 filelock
+BFCL_STAMP := $(VENV)/.bfcl-$(shell echo '$(BFCL_PACKAGES)' | cksum | cut -d' ' -f1)
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -12,7 +16,7 @@ export TOKENIZERS_PARALLELISM := false
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint bench bench-quick tiny-policy clean
+.PHONY: install install-bfcl demo test lint bench bench-quick tiny-policy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +29,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+$(BFCL_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps $(BFCL_PACKAGES)
+	rm -f $(VENV)/.bfcl-*
+	touch $(BFCL_STAMP)
+
+install-bfcl: $(BFCL_STAMP)
+
 demo: install
 	$(BIN)/python -m trainers.grpo --config examples/quickstart.yaml
 
-test: install
+test: install install-bfcl
 	$(BIN)/python -m pytest -q
 
 lint: install
