@@ -212,11 +212,15 @@ def test_ids_text_logprobs_and_usage_are_consistent(http: httpx.Client, tokenize
             assert len(top) == 3 and top == sorted(top, reverse=True)
             assert entry["logprob"] <= top[0] + 1e-6
         total += len(ids)
+    cached = data["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert 0 <= cached < len(prompt_ids) and cached % 16 == 0  # whole blocks of earlier requests' prompts
     assert data["usage"] == {
         "prompt_tokens": len(prompt_ids),
         "completion_tokens": total,
         "total_tokens": len(prompt_ids) + total,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
+    assert data["system_fingerprint"] == "base"
     assert data["choices"][0]["token_ids"] != data["choices"][1]["token_ids"]
 
 
@@ -677,7 +681,8 @@ async def test_runtime_lora_adapters(http: httpx.Client, url: str, model_dir: Pa
     assert loaded.status_code == 200, loaded.text
     for answer in answers:
         assert answer.json()["choices"][0]["token_ids"] == before["choices"][0]["token_ids"]
-    assert "already" in _error(load("v1", adapter_dirs["v1"]), 400)
+    r = load("v1", adapter_dirs["v1"])  # the same name and path again: nothing to do
+    assert r.status_code == 200 and "already loaded" in r.text
     assert "No adapter found" in _error(load("v3", model_dir / "missing"), 404)
     cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
     assert cards["v1"]["parent"] == "tiny-base" and cards["v1"]["root"] == str(adapter_dirs["v1"].resolve())
@@ -693,6 +698,7 @@ async def test_runtime_lora_adapters(http: httpx.Client, url: str, model_dir: Pa
     for name, response in zip(names, responses, strict=True):
         assert response.status_code == 200, response.text
         assert response.json()["model"] == name
+        assert response.json()["system_fingerprint"] == ("base" if name == "tiny-base" else name)
         by_model.setdefault(name, []).append(response.json()["choices"][0])
     for choices in by_model.values():
         assert all(c["token_ids"] == choices[0]["token_ids"] for c in choices)

@@ -57,6 +57,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat_format import normalize_messages
+from .cache import PrefixCache
 from .engine import PolicyEngine
 from .errors import GenerationError
 from .protocol import (
@@ -64,11 +65,12 @@ from .protocol import (
     LoadAdapterRequest,
     TokenText,
     UnloadAdapterRequest,
+    UpdateWeightsRequest,
     build_choice,
     error_response,
 )
 from .sampling import SamplingParams
-from .scheduler import BatchScheduler
+from .scheduler import BatchScheduler, prometheus_metrics
 from .tool_choice import ForcedToolCall, ToolChoice, force_tool_call, resolve_tool_choice
 
 __all__ = ["create_app"]
@@ -114,17 +116,24 @@ def create_app(
     max_new_tokens_cap: int = 512,
     seed: int = 0,
     threads: int | None = None,
+    prefix_caching: bool = True,
+    prefix_cache_block_size: int = 16,
+    prefix_cache_max_tokens: int = 65536,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
     The engine and its worker thread live on ``app.state.engine`` / ``app.state.scheduler``
-    (``scheduler.stats`` counts batches and requests); the worker stops when the app shuts down.
+    (``scheduler.stats`` counts batches and requests, ``engine.prefill_stats`` and
+    ``engine.prefix_cache.stats`` the prefill tokens saved); the worker stops when the app shuts down.
     """
     import torch
 
     if threads:
         torch.set_num_threads(threads)
-    engine = PolicyEngine(model_path, served_model_name=served_model_name, seed=seed)
+    cache = (
+        PrefixCache(block_size=prefix_cache_block_size, max_tokens=prefix_cache_max_tokens) if prefix_caching else None
+    )
+    engine = PolicyEngine(model_path, served_model_name=served_model_name, seed=seed, prefix_cache=cache)
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
     token_text = TokenText(engine.tokenizer)
 
@@ -138,11 +147,11 @@ def create_app(
     app.state.scheduler = scheduler
 
     @app.exception_handler(GenerationError)
-    async def _generationerror_response(_: Request, exc: GenerationError) -> JSONResponse:
+    async def _generation_error(_: Request, exc: GenerationError) -> JSONResponse:
         return error_response(exc.status_code, str(exc))
 
     @app.exception_handler(RequestValidationError)
-    async def _validationerror_response(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         parts = []
         for err in exc.errors():
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
@@ -150,7 +159,7 @@ def create_app(
         return error_response(400, "Invalid request body: " + "; ".join(parts))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _httperror_response(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail))
 
     @app.get("/health")
@@ -159,6 +168,11 @@ def create_app(
         if not scheduler.alive:
             return error_response(503, "The generation worker is not running.")
         return Response(status_code=200)
+
+    @app.get("/metrics")
+    @_guarded
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(prometheus_metrics(engine, scheduler))
 
     @app.get("/v1/models")
     @_guarded
@@ -183,9 +197,19 @@ def create_app(
     @_guarded
     async def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
         name, path = body.lora_name, body.lora_path
-        await asyncio.wrap_future(scheduler.call(lambda: engine.load_adapter(name, path, replace=body.load_inplace)))
+        loaded = await asyncio.wrap_future(scheduler.call(lambda: engine.load_adapter(name, path)))
+        if not loaded:
+            return PlainTextResponse(f"Success: LoRA adapter '{name}' was already loaded from this path.")
         logger.info("loaded LoRA adapter %s from %s", name, path)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+    @app.post("/update_weights_from_disk")
+    @_guarded
+    async def update_weights_from_disk(body: UpdateWeightsRequest) -> dict[str, Any]:
+        path, version = body.model_path, body.version
+        served = await asyncio.wrap_future(scheduler.call(lambda: engine.update_weights(path, version)))
+        logger.info("base weights updated from %s (version %s)", path, served)
+        return {"success": True, "version": served, "message": f"Loaded the weights at {path}."}
 
     @app.post("/v1/unload_lora_adapter")
     @_guarded
@@ -259,10 +283,11 @@ def create_app(
                         "prompt_tokens": len(prompt_ids),
                         "completion_tokens": completion_tokens,
                         "total_tokens": len(prompt_ids) + completion_tokens,
+                        "prompt_tokens_details": {"cached_tokens": completions[0].cached_tokens},
                     },
                     "prompt_logprobs": None,
                     "prompt_token_ids": prompt_ids if body.return_token_ids else None,
-                    "system_fingerprint": None,
+                    "system_fingerprint": completions[0].version,
                 }
             )
 

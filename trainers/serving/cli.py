@@ -30,6 +30,17 @@ def make_parser() -> argparse.ArgumentParser:
         "busy cores make every step wait for the slowest one), raise it for bigger models on idle cores",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the generator for requests without a seed")
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the KV of prompt prefixes across requests (exact token prefixes, dropped on an adapter or "
+        "weight change); --no-enable-prefix-caching turns it off",
+    )
+    p.add_argument("--prefix-cache-block-size", type=int, default=16, help="tokens per cached block")
+    p.add_argument(
+        "--prefix-cache-max-tokens", type=int, default=65536, help="cached tokens at most, least recently used evicted"
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -47,11 +58,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_new_tokens_cap=args.max_new_tokens_cap,
         seed=args.seed,
         threads=args.threads,
+        prefix_caching=args.enable_prefix_caching,
+        prefix_cache_block_size=args.prefix_cache_block_size,
+        prefix_cache_max_tokens=args.prefix_cache_max_tokens,
     )
     engine: PolicyEngine = app.state.engine
     logger.info(
         "policy server: model %s served as %r (%.2fM params, max_model_len %d), max batch %d rows, "
-        "max new tokens %d, %d threads, seed %d, listening on http://%s:%d/v1",
+        "max new tokens %d, %d threads, seed %d, prefix caching %s, listening on http://%s:%d/v1",
         engine.model_path,
         engine.served_model_name,
         engine.num_parameters / 1e6,
@@ -60,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.max_new_tokens_cap,
         torch.get_num_threads(),
         args.seed,
+        "on" if engine.prefix_cache is not None else "off",
         args.host,
         args.port,
     )

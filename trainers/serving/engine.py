@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,10 @@ from typing import Any, Literal
 
 import torch
 
+from .cache import PrefillStats, PrefixCache, row_kv, stack_prefixes
 from .errors import GenerationError, UnknownModelError
 from .sampling import Completion, SamplingParams, sample
+from .weights import delete_adapter, directory_stamp, load_adapter, load_base_weights
 
 __all__ = ["PolicyEngine"]
 
@@ -42,6 +43,8 @@ class _Row:
     top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     finish_reason: Literal["stop", "length"] | None = None
     stop_reason: int | str | None = None
+    cached_tokens: int = 0
+    version: str = ""
 
     def completion(self) -> Completion:
         return Completion(
@@ -50,6 +53,8 @@ class _Row:
             top_logprobs=tuple(self.top) if self.params.top_logprobs else None,
             finish_reason=self.finish_reason or "length",
             stop_reason=self.stop_reason,
+            cached_tokens=self.cached_tokens,
+            version=self.version,
         )
 
 
@@ -73,9 +78,18 @@ class PolicyEngine:
         model_path: a directory written by ``save_pretrained`` (model and tokenizer).
         served_model_name: the name clients use as ``model``; default the directory's name.
         seed: seeds the generator of rows that do not bring their own seed.
+        prefix_cache: keep the KV of prompt prefixes across requests (``cache.PrefixCache``); None
+            turns it off. Prompts prefilled together are always run once per distinct prompt.
     """
 
-    def __init__(self, model_path: str | Path, *, served_model_name: str | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        served_model_name: str | None = None,
+        seed: int = 0,
+        prefix_cache: PrefixCache | None = None,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -95,6 +109,9 @@ class PolicyEngine:
             eos_ids.add(self.tokenizer.eos_token_id)
         self.eos_token_ids = frozenset(int(i) for i in eos_ids)
         self.adapters: dict[str, str] = {}
+        self._adapter_stamps: dict[str, tuple] = {}
+        self.base_version = "base"
+        """What responses of the base model carry as ``system_fingerprint`` (set by ``update_weights``)."""
         self.created = int(time.time())
         self._generator = torch.Generator().manual_seed(seed)
         self._active: str | None = None
@@ -103,6 +120,8 @@ class PolicyEngine:
         probe = DynamicCache(config=self.model.config)
         self.can_join = all(type(layer) is DynamicLayer for layer in probe.layers)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.prefix_cache = prefix_cache if self.can_join else None
+        self.prefill_stats = PrefillStats()
 
     # -- models and adapters ---------------------------------------------------------------
     def model_names(self) -> list[str]:
@@ -116,50 +135,58 @@ class PolicyEngine:
             return name
         raise UnknownModelError(f"The model `{name}` does not exist. Available: {', '.join(self.model_names())}.")
 
-    def load_adapter(self, name: str, path: str, *, replace: bool = False) -> None:
-        """Load a PEFT LoRA adapter saved at ``path`` under ``name`` (call between batches)."""
+    def version(self, name: str) -> str:
+        """The version ``name`` answers with: an adapter's name, or the base weights' version."""
+        return self.base_version if name == self.served_model_name else name
+
+    def load_adapter(self, name: str, path: str, *, replace: bool = True) -> bool:
+        """Load a PEFT LoRA adapter saved at ``path`` under ``name`` (call between batches).
+
+        Loading a name again with the same, unchanged directory does nothing (returns False); a
+        different path or changed files replace the adapter (unless ``replace`` is False: then
+        it is an error, as in vLLM) and drop its cached prefixes.
+        """
         if not name:
             raise GenerationError("lora_name must be a non-empty string.")
         if name == self.served_model_name:
             raise GenerationError(f"lora_name {name!r} is the base model's name; pick another name.")
-        if name in self.adapters and not replace:
-            raise GenerationError(f"The lora adapter '{name}' has already been loaded.")
         adapter_dir = Path(path)
         if not (adapter_dir / "adapter_config.json").is_file():
             raise UnknownModelError(f"No adapter found for {path!r}: expected a directory with adapter_config.json.")
+        stamp = directory_stamp(adapter_dir)
         if name in self.adapters:
+            if self._adapter_stamps.get(name) == stamp:
+                return False
+            if not replace:
+                raise GenerationError(f"The lora adapter '{name}' has already been loaded.")
             self.unload_adapter(name)
-        from transformers.utils import logging as hf_logging
-
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # the load report lists other adapters' keys as "missing"
         self._active = None
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*multiple adapters.*")
-                self.model.load_adapter(str(adapter_dir), adapter_name=name)
-        except Exception as e:
-            self._drop_partial_adapter(name)
-            raise GenerationError(f"Could not load the LoRA adapter {name!r} from {path!r}: {e}") from e
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        self.adapters[name] = str(adapter_dir.resolve())
-
-    def _drop_partial_adapter(self, name: str) -> None:
-        try:
-            if name in getattr(self.model, "peft_config", {}):
-                self.model.delete_adapter(name)
-        except Exception:  # best-effort cleanup after a failed load
-            logger.exception("cleanup of the failed adapter %s failed", name)
+        load_adapter(self.model, name, path)
+        self.adapters[name] = stamp[0]
+        self._adapter_stamps[name] = stamp
+        return True
 
     def unload_adapter(self, name: str) -> None:
         if name not in self.adapters:
             raise UnknownModelError(f"The lora adapter '{name}' cannot be found.")
         self._active = None
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*was active which is now deleted.*")
-            self.model.delete_adapter(name)
+        delete_adapter(self.model, name)
         del self.adapters[name]
+        self._adapter_stamps.pop(name, None)
+        if self.prefix_cache is not None:
+            self.prefix_cache.drop(name)
+
+    def update_weights(self, path: str, version: str | None = None) -> str:
+        """Serve the base weights saved at ``path`` from now on (call between batches); returns the version.
+
+        Every cached prefix is dropped (adapters sit on the base weights). A directory that cannot
+        be loaded raises ``GenerationError`` and the old weights keep serving.
+        """
+        load_base_weights(self.model, path)
+        self.base_version = version or str(Path(path).resolve())
+        if self.prefix_cache is not None:
+            self.prefix_cache.drop()
+        return self.base_version
 
     def _activate(self, name: str) -> None:
         if name == self._active:
@@ -184,18 +211,36 @@ class PolicyEngine:
     def prefill(self, rows: list[_Row], model: str) -> tuple[_Batch | None, list[_Row]]:
         """Run the prompts of ``rows`` and sample their first token.
 
-        Returns the batch of rows still running (None if every row finished) and the finished rows.
+        Each distinct prompt is run once (the ``n`` rows of a request and the identical first
+        prompts of a rollout group share it), and only past its longest cached prefix. Returns the
+        batch of rows still running (None if every row finished) and the finished rows.
         """
         self._activate(model)
-        width = max(len(r.prompt_ids) for r in rows)
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rows]
+        prompts = list(distinct)
+        cache_ = self.prefix_cache
+        # At least the last prompt token is always run: its logits give the first sampled token.
+        chains = [cache_.match(model, p, limit=len(p) - 1) if cache_ else [] for p in prompts]
+        starts = [len(c) * cache_.block_size if cache_ else 0 for c in chains]
+        suffixes = [p[start:] for p, start in zip(prompts, starts, strict=True)]
+        past, width = max(starts), max(len(x) for x in suffixes)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding: every row's next token goes in the last column
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), past + width), dtype=torch.long)
+        positions = torch.zeros((len(prompts), width), dtype=torch.long)
+        # Left padding: every row's next token goes in the last column. A cached prefix sits
+        # right-aligned in the first `past` columns, so a row may have padding between its prefix
+        # and the rest of its prompt; the mask hides it and the positions skip it.
+        for i, (start, suffix) in enumerate(zip(starts, suffixes, strict=True)):
+            ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            mask[i, past - start : past] = 1
+            mask[i, past + width - len(suffix) :] = 1
+            positions[i, width - len(suffix) :] = torch.arange(start, start + len(suffix))
         cache = self._cache_cls(config=self.model.config)
+        if past:
+            for layer, (keys, values) in enumerate(stack_prefixes(chains, past)):
+                cache.update(keys, values, layer)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -204,8 +249,21 @@ class PolicyEngine:
             use_cache=True,
             logits_to_keep=1,
         )
+        logits = out.logits[:, -1, :]
+        self.prefill_stats.prompt_tokens += sum(len(r.prompt_ids) for r in rows)
+        self.prefill_stats.computed_tokens += sum(len(x) for x in suffixes)
+        if cache_ is not None:
+            for i, prompt in enumerate(prompts):
+                cache_.insert(model, prompt, row_kv(cache, mask, i))
+        if len(prompts) < len(rows):
+            index = torch.tensor(source, dtype=torch.long)
+            cache.batch_select_indices(index)
+            mask, logits = mask[index], logits[index]
+        version = self.version(model)
+        for r, k in zip(rows, source, strict=True):
+            r.cached_tokens, r.version = starts[k], version
         batch = _Batch(model=model, rows=rows, cache=cache, mask=mask, next_tokens=torch.zeros(0, dtype=torch.long))
-        return self._advance(batch, out.logits[:, -1, :])
+        return self._advance(batch, logits)
 
     def decode(self, batch: _Batch) -> tuple[_Batch | None, list[_Row]]:
         """Feed each row's last token, sample the next one; returns the running batch and finished rows."""
@@ -275,6 +333,13 @@ class PolicyEngine:
             else:
                 keep.append(i)
         batch.next_tokens = tokens
+        if self.prefix_cache is not None:
+            # The next call of an agent starts with this prompt + completion: keep its KV (all but
+            # the newest token, which was sampled and never run through the model).
+            index = {id(r): i for i, r in enumerate(rows)}
+            for r in finished:
+                sequence = r.prompt_ids + r.token_ids[:-1]
+                self.prefix_cache.insert(batch.model, sequence, row_kv(batch.cache, batch.mask, index[id(r)]))
         return self.select(batch, keep), finished
 
     def _sample(

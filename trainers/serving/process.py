@@ -61,6 +61,7 @@ class PolicyServerProcess:
         served_model_name: str | None = None,
         threads: int | None = None,
         max_batch_size: int = 64,
+        prefix_caching: bool = True,
         log_path: str | Path | None = None,
         startup_timeout: float = 180.0,
     ) -> None:
@@ -75,6 +76,7 @@ class PolicyServerProcess:
         self.model_name = served_model_name or self.model_path.name
         self.threads = threads
         self.max_batch_size = max_batch_size
+        self.prefix_caching = prefix_caching
         self.log_path = (
             Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="policy_server_", suffix=".log")[1])
         )
@@ -98,6 +100,8 @@ class PolicyServerProcess:
                "--max-batch-size", str(self.max_batch_size)]  # fmt: skip
         if self.threads:
             cmd += ["--threads", str(self.threads)]
+        if not self.prefix_caching:
+            cmd.append("--no-enable-prefix-caching")
         self._log = self.log_path.open("w")
         self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ})
         deadline = time.monotonic() + self.startup_timeout

@@ -70,6 +70,10 @@ class Completion:
     finish_reason: Literal["stop", "length"]
     stop_reason: int | str | None = None
     """The stop token id or stop string that ended the row (None for EOS or length)."""
+    cached_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache."""
+    version: str = ""
+    """The weights that sampled it: an adapter's name, or the base weights' version."""
 
 
 def sample(

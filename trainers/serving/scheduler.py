@@ -24,7 +24,7 @@ from .engine import PolicyEngine, _Batch, _Row
 from .errors import GenerationError, WorkerStoppedError
 from .sampling import SamplingParams
 
-__all__ = ["BatchScheduler", "SchedulerStats"]
+__all__ = ["BatchScheduler", "SchedulerStats", "prometheus_metrics"]
 
 logger = logging.getLogger("trainers.policy_server")
 
@@ -286,3 +286,31 @@ class BatchScheduler:
         for request in requests.values():
             if not request.future.done() and request.future.set_running_or_notify_cancel():
                 request.future.set_exception(error)
+
+
+def prometheus_metrics(engine: PolicyEngine, scheduler: BatchScheduler) -> str:
+    """The counters of the worker, the prefills and the prefix cache in Prometheus' text format."""
+    prefill, cache = engine.prefill_stats, engine.prefix_cache
+    values: dict[str, tuple[str, float]] = {
+        "requests_total": ("counter", scheduler.stats.requests),
+        "prompt_tokens_total": ("counter", scheduler.stats.prompt_tokens),
+        "generation_tokens_total": ("counter", scheduler.stats.completion_tokens),
+        "decode_steps_total": ("counter", scheduler.stats.decode_steps),
+        "prefill_tokens_total": ("counter", prefill.prompt_tokens),
+        "prefill_computed_tokens_total": ("counter", prefill.computed_tokens),
+        "prefill_saved_tokens_total": ("counter", prefill.saved_tokens),
+        "prefix_cache_enabled": ("gauge", int(cache is not None)),
+    }
+    if cache is not None:
+        values |= {
+            "prefix_cache_queries_total": ("counter", cache.stats.queried_tokens),
+            "prefix_cache_hits_total": ("counter", cache.stats.hit_tokens),
+            "prefix_cache_hit_rate": ("gauge", round(cache.stats.hit_rate, 6)),
+            "prefix_cache_tokens": ("gauge", cache.cached_tokens),
+            "prefix_cache_evicted_blocks_total": ("counter", cache.stats.evicted_blocks),
+            "prefix_cache_invalidated_blocks_total": ("counter", cache.stats.invalidated_blocks),
+        }
+    lines = []
+    for name, (kind, value) in values.items():
+        lines += [f"# TYPE policy_server_{name} {kind}", f"policy_server_{name} {value}"]
+    return "\n".join(lines) + "\n"
