@@ -202,7 +202,8 @@ class AgentSpec:
         graph: Or an already compiled graph (``create_agent(..., middleware=[EvolverMiddleware()])``,
             or one built with the policy model and taking its tools from ``current_rollout()``).
         to_input: ``(task)`` or ``(task, observation) -> graph input``.
-        reward: ``(task, final_state, trajectory) -> float`` instead of the environment's ``evaluate()``.
+        reward: ``(task, final_state, trajectory) -> float`` (or an async function, e.g. the
+            self-questioning ``ReferenceAwareJudge.areward``) instead of the environment's ``evaluate()``.
         name: Shown in traces and reports.
         applies_context: See the attribute.
         next_input: ``(final_state, messages) -> graph input`` for a multi-turn environment's next user turn.
@@ -211,7 +212,7 @@ class AgentSpec:
     build: Callable[[BaseChatModel, list[BaseTool]], Any] | None = None
     graph: Any = None
     to_input: Callable[..., dict[str, Any]] = default_input
-    reward: Callable[[Task, Any, Trajectory], float] | None = None
+    reward: Callable[[Task, Any, Trajectory], Any] | None = None
     name: str = "agent"
     next_input: Callable[[Any, Sequence[dict[str, Any]]], Any] = default_next_input
     applies_context: bool = False
@@ -431,7 +432,8 @@ async def arun_episode(
         if agent.reward is not None:
             draft = recorder.trajectory(task, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
                                         rollout_index=rollout_index, finish_reason=finish, errors=errors)  # fmt: skip
-            reward = float(agent.reward(task, state, draft))
+            scored = agent.reward(task, state, draft)
+            reward = float(await scored if inspect.isawaitable(scored) else scored)
         else:
             reward = float(await env.aevaluate())
     except Exception as e:

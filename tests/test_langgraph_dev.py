@@ -95,6 +95,14 @@ def test_every_served_graph_runs_through_the_sdk(dev_server):
     assert status == "success" and isinstance(extracted["experiences"], list)
     assert all(e["source_task_ids"] == [task.id] for e in extracted["experiences"])
 
+    # explore: self-questioning on one sandbox world (schema explorer, offline synthesizer), verified tasks out
+    status, explored = _run(dev_server, "explore", {"env": "sandbox", "n_depth": 9, "seed": 1})
+    assert status == "success", explored
+    nodes = {s["node"] for s in explored["trajectory"]["steps"]}
+    assert nodes == {"explore_breadth", "explore_depth"} and len(explored["trajectory"]["steps"]) == 12
+    assert explored["tasks"] and explored["filters"]["candidates"] == len(explored["candidates"])
+    assert all(t["id"].startswith("synthetic-") and t["reference_solution"] for t in explored["tasks"])
+
     # library: the drop-in example, served as its author wrote it (messages in, messages out)
     status, chat = _run(dev_server, "library", {"messages": [{"role": "user", "content": "Please lend Dune to Ana."}]})
     assert status == "success"
@@ -109,6 +117,7 @@ def test_every_served_graph_runs_through_the_sdk(dev_server):
         ("agent", {"task": {"id": "x"}}, "'task' needs at least 'id' and 'query'"),
         ("agent", {"env": "sandbox"}, 'takes {"task_id"'),
         ("attribute", {"trajectory": {"steps": []}}, "A trajectory needs ['id', 'task']"),
+        ("explore", {"env": "sandbox", "seed_task_id": "nope"}, "No task 'nope' in environment 'sandbox'"),
     ],
 )
 def test_bad_inputs_say_what_to_fix(dev_server, graph, payload, fix):

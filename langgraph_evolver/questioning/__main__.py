@@ -11,6 +11,10 @@ Run:
     python -m langgraph_evolver.questioning --setup examples/langchain_tools_env.py:register_todo_environment \\
         --env todo --n 20 --out runs/todo_tasks.sqlite
     python -m langgraph_evolver.questioning --env my_pkg.envs:make_env --n 200 --out tasks.sqlite
+    # an LLM explores and writes the tasks (any init_chat_model string; --base-url for vLLM):
+    python -m langgraph_evolver.questioning --env sandbox --n 100 --out runs/tasks.sqlite \
+        --explorer openai:Qwen2.5-7B-Instruct --synthesizer openai:Qwen2.5-7B-Instruct \
+        --base-url http://localhost:8000/v1
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from langgraph_evolver.errors import ConfigError
 
@@ -49,7 +54,37 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=float, default=0.9, help="near-duplicate embedding cosine")
     parser.add_argument("--max-explorations", type=int, default=None, help="exploration budget (default 2n+10)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--explorer", default="schema",
+                        help="'schema' (offline, default), 'policy:<served name>' (our policy endpoint, token ids "
+                             "recorded) or an init_chat_model string such as 'openai:gpt-4.1-mini'")  # fmt: skip
+    parser.add_argument("--synthesizer", default="offline",
+                        help="'offline' (default) or a chat model spec as for --explorer")  # fmt: skip
+    parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint for the model specs")
+    parser.add_argument("--api-key", default=None, help="API key for --base-url (default: $OPENAI_API_KEY or 'EMPTY')")
     return parser
+
+
+def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> Any:
+    """A chat model from a CLI spec: ``policy:<name>`` (``PolicyChatModel``) or an ``init_chat_model`` string."""
+    import os
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    if spec.startswith("policy:"):
+        from langgraph_evolver.chat_model import PolicyChatModel
+
+        if not base_url:
+            raise ConfigError(f"{spec!r} needs --base-url (the policy endpoint, e.g. http://127.0.0.1:8000/v1).")
+        return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=key, max_tokens=256)
+    try:
+        from langchain.chat_models import init_chat_model
+
+        extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
+        return init_chat_model(spec, **extra)
+    except Exception as e:
+        raise ConfigError(
+            f"Cannot build the chat model {spec!r}: {type(e).__name__}: {str(e).splitlines()[0]}. "
+            "Use 'schema'/'offline', 'policy:<name>' or a string such as 'openai:gpt-4.1-mini'."
+        ) from e
 
 
 def run_setup(target: str) -> None:
@@ -88,7 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         threshold=args.threshold,
         max_explorations=args.max_explorations,
         progress=not args.no_progress,
-    )
+        explorer=None if args.explorer == "schema" else chat_model(args.explorer, base_url=args.base_url,
+                                                                     api_key=args.api_key),
+        synthesizer=None if args.synthesizer == "offline" else chat_model(args.synthesizer, base_url=args.base_url,
+                                                                            api_key=args.api_key),
+    )  # fmt: skip
     with TaskStore(args.out) as store:
         added = store.add_many(tasks)
         if args.jsonl:
@@ -101,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for reason, count in sorted(f.reasons.items(), key=lambda kv: -kv[1]):
         print(f"    {count:4d}  {reason}")
     print(f"  by level: {report.by_level}; phrasing overlap with seed tasks: {report.phrasing_overlap:.3f}")
+    print(f"  explorer {report.explorer}, synthesizer {report.synthesizer} {report.synthesizer_stats or ''}")
     print(f"  stored {added} new tasks in {args.out} ({total} in all)")
     print(json.dumps({**report.to_dict(), "out": args.out, "added": added, "stored": total}))
     return 0 if report.kept >= args.n else 1

@@ -1,9 +1,10 @@
 """``synthesize_tasks``: explore -> synthesize -> filter until ``n`` tasks are kept.
 
 Each round explores one world (the next seed training task's ``env_params``, or the default
-world when the environment has no tasks) with the schema-driven explorer, writes candidate
-tasks with the offline synthesizer and filters them against everything kept so far, the seed
-training tasks and the held-out tasks. Stops at ``n`` kept tasks or after ``max_explorations``
+world when the environment has no tasks) with the schema-driven explorer (or, given a chat model,
+the LLM explorer of ``explore_llm.py``), writes candidate tasks with the offline synthesizer (or
+an ``LLMSynthesizer``) and filters them against everything kept so far, the seed training tasks
+and the held-out tasks. Stops at ``n`` kept tasks or after ``max_explorations``
 rounds, whichever comes first.
 """
 
@@ -19,7 +20,7 @@ from langgraph_evolver.types import Task
 
 from .explore import exploration_task, explore
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
-from .synthesize import Describer, phrasing_overlap, synthesize
+from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
 
 __all__ = ["PipelineReport", "synthesize_tasks"]
 
@@ -43,6 +44,10 @@ class PipelineReport:
     by_level: dict[int, int] = field(default_factory=dict)
     """Kept tasks by difficulty (number of calls)."""
     seconds: float = 0.0
+    explorer: str = "schema"
+    synthesizer: str = SYNTHESIZER_NAME
+    synthesizer_stats: dict[str, Any] = field(default_factory=dict)
+    """An LLM synthesizer's calls, tokens and fallbacks."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,6 +77,9 @@ def synthesize_tasks(
     describer: Describer | None = None,
     fingerprint: Callable[[Any], Any] = state_fingerprint,
     progress: bool = True,
+    explorer: Any = None,
+    synthesizer: Any = None,
+    explorer_options: dict[str, Any] | None = None,
 ) -> tuple[list[Task], PipelineReport]:
     """Synthesize ``n`` filtered tasks for an environment, offline.
 
@@ -96,14 +104,27 @@ def synthesize_tasks(
         describer: optional per-environment query writer (see ``synthesize``).
         fingerprint: ``fingerprint(env)`` of the state, for the feasibility filter.
         progress: show a tqdm progress bar.
+        explorer: ``None`` (the schema-driven explorer, offline) or a chat model that explores
+            (``explore_llm.aexplore_with_model``; a ``PolicyChatModel`` records token ids).
+        synthesizer: ``None`` (the offline synthesizer), an ``LLMSynthesizer``, or a chat model
+            (wrapped in an ``LLMSynthesizer`` asking ``per_exploration`` tasks per exploration).
+        explorer_options: ``create_explorer_graph`` options for an LLM explorer (temperatures...).
 
     Returns:
         ``(tasks, report)``.
     """
     from tqdm.auto import tqdm
 
+    from langgraph_evolver._llm import model_id, run_sync
+
+    from .explore_llm import aexplore_with_model
+    from .synthesize_llm import LLMSynthesizer
+
     started = time.perf_counter()
     factory = env_factory or _default_factory
+    writer = synthesizer
+    if writer is not None and not isinstance(writer, LLMSynthesizer):
+        writer = LLMSynthesizer(writer, n_tasks=per_exploration or 5, max_ops=max_ops)
     probe = factory(Task(id="questioning-probe", query="", env=env_name))
     try:
         seeds = list(probe.list_tasks("train")) if seed_tasks is None else list(seed_tasks)
@@ -121,15 +142,24 @@ def synthesize_tasks(
         while len(kept) < n and rounds < budget:
             world = seeds[rounds % len(seeds)] if seeds else None
             task = exploration_task(world, env=env_name, seed=seed * 1_000_003 + rounds)
-            env = factory(task)
-            try:
-                trajectory = explore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=seed * 1_000_003 + rounds)
-            finally:
-                env.close()
+            round_seed = seed * 1_000_003 + rounds
+            if explorer is None:
+                env = factory(task)
+                try:
+                    trajectory = explore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed)
+                finally:
+                    env.close()
+            else:
+                trajectory = run_sync(aexplore_with_model(factory, task, explorer, n_breadth=n_breadth,
+                                                          n_depth=n_depth, seed=round_seed,
+                                                          **(explorer_options or {})))  # fmt: skip
             rounds += 1
-            candidates = synthesize(
-                trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
-            )
+            if writer is not None:
+                candidates = run_sync(writer.asynthesize(trajectory))
+            else:
+                candidates = synthesize(
+                    trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
+                )
             new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
             report = report.merge(batch)
             new = new[: n - len(kept)]
@@ -149,4 +179,7 @@ def synthesize_tasks(
         phrasing_overlap=round(phrasing_overlap(kept, [*seeds, *held]), 4),
         by_level=dict(sorted(by_level.items())),
         seconds=round(time.perf_counter() - started, 2),
+        explorer="schema" if explorer is None else f"llm:{model_id(explorer)}",
+        synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,
+        synthesizer_stats=writer.stats.to_dict() if writer is not None else {},
     )

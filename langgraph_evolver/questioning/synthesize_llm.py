@@ -1,0 +1,254 @@
+"""An LLM synthesizer: from an exploration trajectory, a chat model writes tasks with references.
+
+The prompt shows the calls the exploration made that succeeded (with trimmed results) and the
+preferences (how many tasks, how many calls and entities each, difficulty 1-3); the model answers
+with a JSON list of ``{query, reference: [{name, arguments}], confidence, difficulty}``. Each
+parsed task becomes a new ``Task`` with its own id (a hash of the world, the reference and the
+query: never the seed's, never another task's), ``source="synthetic"``, the exploration's world,
+and provenance in ``metadata``. Whether a reference really runs (a hallucinated tool or id) is the
+feasibility filter's job (``filters.py``).
+
+Same machinery as the attribution judge (``_llm.ask_with_retries``): retries with a follow-up
+saying what was wrong, a per-loop concurrency bound, token accounting in ``stats``, and a
+counted fallback (no tasks from that exploration) instead of an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, check_template, model_id, run_sync
+from langgraph_evolver.attribution.parsing import render_call, trim
+from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.types import Task, ToolCall, Trajectory
+
+__all__ = ["DEFAULT_SYNTHESIS_PROMPT", "LLMSynthesizer", "SynthesisStats", "parse_tasks"]
+
+DEFAULT_SYNTHESIS_PROMPT = """You write practice tasks for an AI agent that uses tools. Below is what an \
+exploration of the tools did and saw. Write {n_tasks} new, realistic user requests that these tools can
+fulfil in this world.
+
+Exploration (calls that worked, with their results):
+{calls}
+
+Preferences:
+- each task needs {min_ops} to {max_ops} tool calls and involves at most {max_entities} distinct objects;
+- difficulty 1 (one direct call) to 3 (several dependent calls); spread them over the range;
+- phrase each request as a user would, naming the concrete values it needs; never mention tool names;
+- each reference is the exact sequence of tool calls that fulfils the request, with real ids and values
+  from the results above.
+
+Answer with only a JSON list, one object per task:
+[{{"query": "...", "reference": [{{"name": "<tool>", "arguments": {{...}}}}], "confidence": 0.0-1.0, \
+"difficulty": 1-3}}]"""
+SYNTHESIS_PROMPT_FIELDS = ("calls", "n_tasks", "min_ops", "max_ops", "max_entities")
+_RETRY = (
+    "That could not be read as tasks. Answer with only a JSON list of objects with keys 'query' (string), "
+    "'reference' (a list of {{\"name\", \"arguments\"}} calls), 'confidence' (0-1) and 'difficulty' (1-3). "
+    "Problem: {problem}"
+)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+
+
+def _json_value(candidate: str, open_: str, close: str) -> Any:
+    start, end = candidate.find(open_), candidate.rfind(close)
+    if 0 <= start < end:
+        try:
+            return json.loads(candidate[start : end + 1])
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def _json_list(text: str) -> list[Any] | None:
+    """The answer's list of tasks: a JSON list, ``{"tasks": [...]}`` or one task object (fenced or not)."""
+    text = _THINK.sub("", text or "")
+    for candidate in [*_FENCE.findall(text), text]:
+        list_first = 0 <= candidate.find("[") < (candidate.find("{") if "{" in candidate else len(candidate))
+        for open_, close in [("[", "]"), ("{", "}")] if list_first else [("{", "}"), ("[", "]")]:
+            value = _json_value(candidate, open_, close)
+            if isinstance(value, list):
+                return value
+            if isinstance(value, dict):
+                inner = value.get("tasks")
+                return inner if isinstance(inner, list) else [value]
+    return None
+
+
+def _call_of(item: Any) -> ToolCall | None:
+    if not isinstance(item, dict):
+        return None
+    name = item.get("name") or item.get("tool")
+    args = item.get("arguments", item.get("args", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(name, str) or not name or not isinstance(args, dict):
+        return None
+    return ToolCall(name=name, arguments=args)
+
+
+def parse_tasks(text: str) -> list[dict[str, Any]] | None:
+    """Tasks (``{query, reference: [ToolCall], confidence, difficulty}``) from a model's answer.
+
+    ``None`` when no JSON list of tasks can be read; items that are not tasks (no query, an empty
+    or malformed reference) are skipped, and an answer with none left is unreadable.
+    """
+    items = _json_list(text)
+    if items is None:
+        return None
+    tasks = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("query"), str) or not item["query"].strip():
+            continue
+        raw = item.get("reference") or item.get("solution") or []
+        calls = [_call_of(c) for c in raw] if isinstance(raw, list) else [None]
+        if not calls or any(c is None for c in calls):
+            continue
+        try:
+            confidence = min(max(float(item.get("confidence", 0.5)), 0.0), 1.0)
+        except (TypeError, ValueError):
+            confidence = 0.5
+        try:
+            difficulty = min(max(int(item.get("difficulty", len(calls))), 1), 3)
+        except (TypeError, ValueError):
+            difficulty = min(len(calls), 3)
+        tasks.append({"query": item["query"].strip(), "reference": calls, "confidence": confidence,
+                      "difficulty": difficulty})  # fmt: skip
+    return tasks or None
+
+
+@dataclass(slots=True)
+class SynthesisStats:
+    """Running totals of one LLM synthesizer."""
+
+    explorations: int = 0
+    tasks: int = 0
+    fallbacks: int = 0
+    """Explorations that gave no readable tasks after every retry."""
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class LLMSynthesizer:
+    """Writes tasks from exploration trajectories with any LangChain chat model.
+
+    Args:
+        model: the chat model (hosted, vLLM or another OpenAI-compatible endpoint).
+        n_tasks: tasks asked for per exploration.
+        min_ops, max_ops: calls per task.
+        max_entities: distinct objects a task may involve.
+        max_calls_shown: successful exploration calls shown in the prompt (the last ones).
+        max_observation_chars: each shown result is trimmed to this length.
+        max_concurrency, max_retries, backoff_s, max_backoff_s, timeout_s: as the attribution judge's.
+        prompt: the synthesis prompt (fields ``calls``, ``n_tasks``, ``min_ops``, ``max_ops``,
+            ``max_entities``).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        n_tasks: int = 5,
+        min_ops: int = 1,
+        max_ops: int = 3,
+        max_entities: int = 2,
+        max_calls_shown: int = 20,
+        max_observation_chars: int = 300,
+        max_concurrency: int = 4,
+        max_retries: int = 2,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        timeout_s: float | None = 120.0,
+        prompt: str = DEFAULT_SYNTHESIS_PROMPT,
+    ) -> None:
+        if not hasattr(model, "ainvoke"):
+            raise ConfigError(f"LLMSynthesizer needs a LangChain chat model, got {type(model).__name__}.")
+        if n_tasks < 1 or not 1 <= min_ops <= max_ops:
+            raise ConfigError(f"need n_tasks >= 1 and 1 <= min_ops <= max_ops; got {n_tasks}, {min_ops}, {max_ops}.")
+        check_template("prompt", prompt, SYNTHESIS_PROMPT_FIELDS)
+        self.model = model
+        self.n_tasks, self.min_ops, self.max_ops, self.max_entities = n_tasks, min_ops, max_ops, max_entities
+        self.max_calls_shown, self.max_observation_chars = max_calls_shown, max_observation_chars
+        self.max_retries, self.backoff_s, self.max_backoff_s, self.timeout_s = (
+            max_retries, backoff_s, max_backoff_s, timeout_s
+        )  # fmt: skip
+        self.prompt = prompt
+        self.name = f"llm:{model_id(model)}"
+        self.stats = SynthesisStats()
+        self._semaphores = LoopSemaphores(max_concurrency)
+
+    def __repr__(self) -> str:
+        return f"LLMSynthesizer(name={self.name!r}, n_tasks={self.n_tasks})"
+
+    def render_prompt(self, trajectory: Trajectory) -> str:
+        shown = []
+        for step in trajectory.steps:
+            results = {o.call_id: o for o in step.observations}
+            for call in step.action.tool_calls:
+                obs = results.get(call.id) if call.id else None
+                obs = obs or next((o for o in step.observations if o.name == call.name), None)
+                if obs is not None and not obs.is_error:
+                    shown.append(f"- {render_call(call)} -> {trim(obs.content, self.max_observation_chars)}")
+        calls = "\n".join(shown[-self.max_calls_shown :]) or "(no call succeeded)"
+        return self.prompt.format(calls=calls, n_tasks=self.n_tasks, min_ops=self.min_ops, max_ops=self.max_ops,
+                                  max_entities=self.max_entities)  # fmt: skip
+
+    def synthesize(self, trajectory: Trajectory) -> list[Task]:
+        """Synchronous ``asynthesize``."""
+        return run_sync(self.asynthesize(trajectory))
+
+    async def asynthesize(self, trajectory: Trajectory) -> list[Task]:
+        """New tasks from one exploration trajectory (``[]`` when the model gives none; never raises)."""
+        self.stats.explorations += 1
+        tally = CallTally()
+        parsed, problem = await ask_with_retries(
+            self.model, self.render_prompt(trajectory), parse=parse_tasks,
+            retry_message=lambda text: _RETRY.format(problem="no JSON list of tasks with a query and a reference"),
+            problem_of=lambda text: f"no readable tasks (last answer: {text[:200]!r})",
+            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+            timeout_s=self.timeout_s, semaphores=self._semaphores, tally=tally,
+        )  # fmt: skip
+        self.stats.model_calls += tally.attempts
+        self.stats.input_tokens += tally.input_tokens
+        self.stats.output_tokens += tally.output_tokens
+        if parsed is None:
+            self.stats.fallbacks += 1
+            self.stats.errors.append(f"{trajectory.id}: {problem}")
+            return []
+        tasks: dict[str, Task] = {}
+        for item in parsed:
+            reference: list[ToolCall] = item["reference"]
+            key = json.dumps([trajectory.task.env, trajectory.task.env_params, [c.to_dict() for c in reference],
+                              item["query"]], sort_keys=True, default=str)  # fmt: skip
+            task_id = f"synthetic-{hashlib.sha1(key.encode()).hexdigest()[:16]}"
+            tasks[task_id] = Task(
+                id=task_id,
+                query=item["query"],
+                env=trajectory.task.env,
+                env_params=json.loads(json.dumps(trajectory.task.env_params, default=str)),
+                reference_solution=tuple(reference),
+                source="synthetic",
+                metadata={
+                    "level": len(reference),
+                    "difficulty": item["difficulty"],
+                    "confidence": item["confidence"],
+                    "exploration_id": trajectory.id,
+                    "synthesizer": self.name,
+                },  # fmt: skip
+            )
+        self.stats.tasks += len(tasks)
+        return list(tasks.values())
