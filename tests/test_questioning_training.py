@@ -48,6 +48,26 @@ def test_mixing_keeps_the_ratio_and_the_ids():
     assert len(mix_synthetic(seeds, synthetic[:3], 0.75)) == 80  # fewer synthetic than wanted: sampled again
 
 
+def test_the_synthetic_share_is_resampled_per_epoch():
+    from types import SimpleNamespace
+
+    from trainers.grpo import mixing_epochs
+
+    seeds, synthetic = seed_tasks("train")[:10], seed_tasks("test")[:60]
+    mixed = mix_synthetic(seeds, synthetic, 0.5, seed=3, epochs=3)
+    epochs = [mixed[i * 20 : (i + 1) * 20] for i in range(3)]
+    assert len(mixed) == 60 and all(e[:10] == seeds for e in epochs)  # every seed task once per epoch
+    samples = [frozenset(t.id for t in e[10:]) for e in epochs]
+    assert len(set(samples)) == 3  # a fresh synthetic sample each epoch
+    assert epochs[0] == mix_synthetic(seeds, synthetic, 0.5, seed=3)  # epoch 0 is the one-epoch mix
+    assert mix_synthetic(seeds, synthetic, 0.5, seed=3, epochs=3) == mixed  # deterministic
+    # the number of epochs a run needs: from max_steps and the batch, or from num_train_epochs
+    cfg = SimpleNamespace(max_steps=30, per_device_train_batch_size=8, gradient_accumulation_steps=1,
+                          num_generations=4, num_train_epochs=3.0)  # fmt: skip
+    assert mixing_epochs(cfg, 20) == 3  # 30 steps x 2 tasks = 60 tasks = 3 epochs of 20
+    assert mixing_epochs(SimpleNamespace(**{**vars(cfg), "max_steps": -1}), 20) == 3
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_one_grpo_step_on_synthetic_tasks_only(tmp_path):

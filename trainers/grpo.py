@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -96,21 +97,37 @@ def task_dataset(tasks: list[Task], level_weights: dict[int, float] | None = Non
     return Dataset.from_list(rows)
 
 
-def mix_synthetic(seed_tasks: list[Task], synthetic: list[Task], ratio: float, seed: int = 0) -> list[Task]:
-    """Seed and synthetic tasks with ``ratio`` of them synthetic (1.0: synthetic only; sampled deterministically).
+def mix_synthetic(seed_tasks: list[Task], synthetic: list[Task], ratio: float, seed: int = 0,
+                  epochs: int = 1) -> list[Task]:  # fmt: skip
+    """Seed and synthetic tasks with ``ratio`` of them synthetic (1.0: synthetic only), for ``epochs`` epochs.
 
-    Synthetic tasks keep their own ids, so GRPO never groups them with their seeds.
+    Each epoch holds every seed task once and its own deterministic sample of synthetic tasks
+    (re-sampled per epoch: a large store is covered over the epochs instead of one fixed subset);
+    the epochs are concatenated. Synthetic tasks keep their own ids, so GRPO never groups them
+    with their seeds.
     """
     import random
 
     if not synthetic or ratio <= 0.0:
-        return list(seed_tasks)
+        return list(seed_tasks) * epochs
     if ratio >= 1.0 or not seed_tasks:
-        return list(synthetic)
+        return list(synthetic) * epochs
     want = round(len(seed_tasks) * ratio / (1.0 - ratio))
-    rng = random.Random(seed)
-    picked = rng.sample(synthetic, want) if want <= len(synthetic) else [rng.choice(synthetic) for _ in range(want)]
-    return [*seed_tasks, *picked]
+    out: list[Task] = []
+    for epoch in range(epochs):
+        rng = random.Random(seed if epoch == 0 else f"{seed}/{epoch}")
+        picked = rng.sample(synthetic, want) if want <= len(synthetic) else [rng.choice(synthetic) for _ in range(want)]
+        out += [*seed_tasks, *picked]
+    return out
+
+
+def mixing_epochs(cfg: Any, tasks_per_epoch: int, world_size: int = 1) -> int:
+    """How many epochs of tasks a run goes through (``max_steps`` or ``num_train_epochs``), at least 1."""
+    if cfg.max_steps and cfg.max_steps > 0:
+        rows = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * world_size
+        prompts_per_step = max(1, rows // max(1, cfg.num_generations))
+        return max(1, min(1000, math.ceil(cfg.max_steps * prompts_per_step / max(1, tasks_per_epoch))))
+    return max(1, math.ceil(cfg.num_train_epochs))
 
 
 def _check_model(model_args: Any) -> Path:
@@ -205,7 +222,11 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
             synthetic = store.list()
         if not synthetic:
             raise ConfigError(f"task_store={cfg.task_store} holds no tasks.")
-        train_tasks = mix_synthetic(train_tasks, synthetic, cfg.synthetic_ratio, cfg.seed)
+        per_epoch = len(mix_synthetic(train_tasks, synthetic, cfg.synthetic_ratio, cfg.seed))
+        epochs = mixing_epochs(cfg, per_epoch, state.num_processes) if cfg.synthetic_ratio < 1.0 else 1
+        train_tasks = mix_synthetic(train_tasks, synthetic, cfg.synthetic_ratio, cfg.seed, epochs=epochs)
+        if epochs > 1 and not (cfg.max_steps and cfg.max_steps > 0):
+            cfg.num_train_epochs = cfg.num_train_epochs / epochs  # the epochs are already in the dataset
     if not train_tasks:
         raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
     if (script_args.eval_before or script_args.eval_after) and not eval_tasks:
