@@ -7,8 +7,18 @@ name through the runtime LoRA API (``/v1/load_lora_adapter``, vLLM with
 that name, then unload and delete older versions. A new name and a new path per version: vLLM's
 prefix cache is keyed by adapter, so reusing a name could serve stale blocks.
 
-``FullSync`` (GPU only): TRL's NCCL weight transfer into a ``trl vllm-serve`` server; the name
-stays the same and the version is a counter.
+``DiskSync`` (``sync_mode: full``, ``full_sync_transport: disk``; CPU or GPU): save the full
+weights with ``save_pretrained`` and have the endpoint load them from that directory through
+``/update_weights_from_disk`` (our policy server; SGLang's API of that name); the served name
+stays the same, each version has its own label and directory.
+
+``FullSync`` (``full_sync_transport: nccl``, GPU only): TRL's NCCL weight transfer into a
+``trl vllm-serve`` server; the name stays the same and the version is a counter.
+
+Every publisher is idempotent against a live endpoint: publishing the same step again (a retry,
+or a resumed run whose endpoint kept running) serves that step's weights and never fails
+because the endpoint already holds them. Each has ``current`` (the model name rollouts request)
+and ``version`` (what the endpoint reports as having answered: ``system_fingerprint``).
 """
 
 from __future__ import annotations
@@ -23,7 +33,15 @@ import httpx
 
 from langgraph_evolver.errors import ConfigError, PolicyEndpointError
 
-__all__ = ["FullSync", "LoraSync", "adapter_version_name", "load_adapter", "unload_adapter"]
+__all__ = [
+    "DiskSync",
+    "FullSync",
+    "LoraSync",
+    "adapter_version_name",
+    "load_adapter",
+    "served_models",
+    "unload_adapter",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,14 +61,34 @@ def _post(base_url: str, route: str, payload: dict[str, Any], api_key: str, time
         raise PolicyEndpointError(f"Policy endpoint {root} unreachable for {route} ({type(e).__name__}: {e}).") from e
 
 
+def served_models(base_url: str, *, api_key: str = "EMPTY", timeout: float = 30.0) -> list[str]:
+    """The model ids the endpoint serves (``/v1/models``: the base model and loaded adapters)."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        r = httpx.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+    except httpx.HTTPError as e:
+        raise PolicyEndpointError(f"Policy endpoint {root} unreachable for /v1/models ({type(e).__name__}: "
+                                  f"{e}).") from e  # fmt: skip
+    if r.status_code != 200:
+        raise PolicyEndpointError(f"Listing the models of {root} failed: HTTP {r.status_code} {r.text[:200]}")
+    return [m["id"] for m in r.json().get("data", [])]
+
+
 def load_adapter(base_url: str, path: str | Path, name: str, *, api_key: str = "EMPTY", timeout: float = 120.0) -> str:
     """Load the LoRA adapter in ``path`` into the endpoint as ``name`` (runtime LoRA API); return ``name``.
 
-    Raises ``ConfigError`` when the endpoint has no runtime LoRA API (with the vLLM flags that
-    enable it) and ``PolicyEndpointError`` when loading fails or the endpoint is unreachable.
+    Idempotent: when the endpoint already holds ``name`` (vLLM answers 400 "already been loaded",
+    e.g. a resumed run against an endpoint that kept running), that version is unloaded and loaded
+    again from ``path``. Raises ``ConfigError`` when the endpoint has no runtime LoRA API (with the
+    vLLM flags that enable it) and ``PolicyEndpointError`` when loading fails or the endpoint is
+    unreachable.
     """
     payload = {"lora_name": name, "lora_path": str(Path(path).resolve()), "load_inplace": False}
     r = _post(base_url, "/v1/load_lora_adapter", payload, api_key, timeout)
+    if r.status_code == 400 and "already" in r.text.lower():
+        logger.info("the endpoint already holds adapter %s: reloading it from %s", name, path)
+        unload_adapter(base_url, name, api_key=api_key, timeout=timeout)
+        r = _post(base_url, "/v1/load_lora_adapter", payload, api_key, timeout)
     if r.status_code == 404 and "load_lora_adapter" not in r.text and "adapter" not in r.text.lower():
         raise ConfigError(
             f"{base_url} has no runtime LoRA API. For vLLM start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 "
@@ -73,12 +111,16 @@ def unload_adapter(base_url: str, name: str, *, api_key: str = "EMPTY", timeout:
 class LoraSync:
     """Publish LoRA adapters to an endpoint with the runtime LoRA API (see the module docstring).
 
+    Only the trainable parameters need gathering to save an adapter (``gathers = "trainable"``).
+
     Args:
         base_url: The endpoint (``.../v1``).
         base_model: The base model's served name (what step 0 samples from).
         adapter_dir: Where published adapters are written; the server must be able to read it.
         keep: How many newest versions stay loaded (1 = only the current one).
     """
+
+    gathers = "trainable"
 
     def __init__(self, base_url: str, base_model: str, adapter_dir: str | Path, *, keep: int = 1,
                  api_key: str = "EMPTY", timeout: float = 120.0) -> None:  # fmt: skip
@@ -91,24 +133,50 @@ class LoraSync:
         self.current = base_model
         self.loaded: list[str] = []
         self.last_sync_s = 0.0
+        self._adopted = False
+
+    @property
+    def version(self) -> str:
+        """The served version: the adapter's name (what the endpoint reports for it), or the base model's."""
+        return self.current
 
     def publish(self, model: Any, step: int) -> str:
-        """Save ``model``'s adapter, load it as the version of ``step``, unload older versions."""
+        """Save ``model``'s adapter, load it as the version of ``step``, unload older versions.
+
+        Idempotent: publishing a step again replaces that version with the same name and path, and
+        versions of this base model that an earlier run left loaded are adopted (then unloaded like
+        any older version), so a resumed run never stops on "already loaded".
+        """
         started = time.perf_counter()
+        if not self._adopted:
+            self._adopt_served()
         name = adapter_version_name(self.base_model, step)
         path = self.adapter_dir / name
-        if path.exists():
+        if path.exists():  # an earlier publish of this step: its files are replaced, the endpoint reloads them
             shutil.rmtree(path)
         model.save_pretrained(str(path))
-        if self.current == name:  # re-publishing the same step (resume): replace it
-            self.unload(name)
         load_adapter(self.base_url, path, name, api_key=self.api_key, timeout=self.timeout)
+        if name in self.loaded:
+            self.loaded.remove(name)
         self.loaded.append(name)
         self.current = name
         while len(self.loaded) > self.keep:
             self.unload(self.loaded[0])
         self.last_sync_s = time.perf_counter() - started
         return name
+
+    def _adopt_served(self) -> None:
+        """Count the versions of this base model the endpoint already serves as loaded (oldest first)."""
+        prefix = adapter_version_name(self.base_model, 0).removesuffix("0")
+        try:
+            served = served_models(self.base_url, api_key=self.api_key, timeout=self.timeout)
+        except PolicyEndpointError:
+            return  # publishing will say what is wrong with the endpoint
+        self._adopted = True
+        stale = [m for m in served if m.startswith(prefix) and m.removeprefix(prefix).isdigit()]
+        for m in sorted(stale, key=lambda m: int(m.removeprefix(prefix))):
+            if m not in self.loaded:
+                self.loaded.append(m)
 
     def unload(self, name: str) -> None:
         unload_adapter(self.base_url, name, api_key=self.api_key, timeout=self.timeout)
@@ -126,6 +194,71 @@ class LoraSync:
         self.loaded.clear()
 
 
+def _dir_name(version: str) -> str:
+    return version.replace("/", "--")
+
+
+class DiskSync:
+    """Full weights through the endpoint's ``/update_weights_from_disk`` (see the module docstring).
+
+    Args:
+        base_url: The endpoint (``.../v1``); it must be able to read ``weights_dir``.
+        base_model: The served name; rollouts keep requesting it, the weights behind it change.
+        weights_dir: Where each version's ``save_pretrained`` directory is written.
+        keep: How many newest version directories stay on disk.
+    """
+
+    gathers = "full"  # the trainer hands publish() the full state dict (consolidated on rank 0 under ZeRO-3)
+
+    def __init__(self, base_url: str, base_model: str, weights_dir: str | Path, *, keep: int = 1,
+                 api_key: str = "EMPTY", timeout: float = 600.0) -> None:  # fmt: skip
+        self.base_url = base_url
+        self.base_model = base_model
+        self.weights_dir = Path(weights_dir)
+        self.keep = max(1, keep)
+        self.api_key = api_key
+        self.timeout = timeout
+        self.current = base_model
+        self.version = "base"
+        self.published: list[str] = []
+        self.last_sync_s = 0.0
+
+    def publish(self, model: Any, step: int, *, state_dict: dict | None = None) -> str:
+        """Save the weights of ``step`` and have the endpoint serve them; return the version label."""
+        started = time.perf_counter()
+        version = f"{self.base_model}-step{step}"
+        path = self.weights_dir / _dir_name(version)
+        if path.exists():  # publishing a step again: same directory, the endpoint reloads it
+            shutil.rmtree(path)
+        model.save_pretrained(str(path), state_dict=state_dict)
+        r = _post(self.base_url, "/update_weights_from_disk", {"model_path": str(path.resolve()), "version": version},
+                  self.api_key, self.timeout)  # fmt: skip
+        if r.status_code == 404 and "update_weights_from_disk" not in r.text:
+            raise ConfigError(f"{self.base_url} has no /update_weights_from_disk (our policy server and SGLang have "
+                              "it): serve the policy with one of them, or use full_sync_transport=nccl with "
+                              "`trl vllm-serve` on GPUs, or sync_mode=lora.")  # fmt: skip
+        ok = r.status_code == 200
+        if ok:
+            try:
+                ok = bool(r.json().get("success", True))
+            except ValueError:
+                ok = False
+        if not ok:
+            raise PolicyEndpointError(f"Loading the weights of step {step} from {path} failed: HTTP {r.status_code} "
+                                      f"{r.text[:300]}")  # fmt: skip
+        self.version = version
+        if version in self.published:
+            self.published.remove(version)
+        self.published.append(version)
+        while len(self.published) > self.keep:
+            shutil.rmtree(self.weights_dir / _dir_name(self.published.pop(0)), ignore_errors=True)
+        self.last_sync_s = time.perf_counter() - started
+        return version
+
+    def close(self) -> None:
+        pass
+
+
 class FullSync:
     """Full weights over NCCL into a ``trl vllm-serve`` server (GPU only), via TRL's vLLM backend.
 
@@ -133,12 +266,12 @@ class FullSync:
     so that TRL has set up the communicator; this only calls its ``sync_weights``.
     """
 
-    all_ranks = True  # every rank takes part in gathering the weights
+    gathers = "collective"  # every rank calls publish(): TRL gathers and streams the weights collectively
 
     def __init__(self, vllm_generation: Any, model_name: str) -> None:
         self.vllm_generation = vllm_generation
         self.current = model_name
-        self.version = 0
+        self.version = model_name  # vLLM reports no version: the name it echoes is what rollouts record
         self.last_sync_s = 0.0
 
     @staticmethod
@@ -149,17 +282,16 @@ class FullSync:
             raise ConfigError("sync_mode=full needs torch.") from e
         if not torch.cuda.is_available():
             raise ConfigError(
-                "sync_mode=full streams full weights to vLLM over NCCL, which needs CUDA GPUs (and vLLM installed "
-                "beside the trainer, serving with `trl vllm-serve`). On CPU use sync_mode=lora (the default): "
-                "the adapter is saved and loaded by the endpoint's runtime LoRA API."
+                "full_sync_transport=nccl streams full weights to vLLM over NCCL, which needs CUDA GPUs (and vLLM "
+                "installed beside the trainer, serving with `trl vllm-serve`). On CPU use full_sync_transport=disk "
+                "(the endpoint reloads the weights from a directory) or sync_mode=lora."
             )
 
     def publish(self, model: Any, step: int) -> str:
         started = time.perf_counter()
         self.vllm_generation.sync_weights()
-        self.version = step
         self.last_sync_s = time.perf_counter() - started
-        return self.current
+        return self.version
 
     def close(self) -> None:
         pass
