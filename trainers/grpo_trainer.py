@@ -67,7 +67,15 @@ from .samples import (
     trajectory_samples,
 )
 
-__all__ = ["EvolverGRPOTrainer", "failure_kind", "malformed_calls", "shaped_reward", "transition_advantages"]
+__all__ = [
+    "EvolverGRPOTrainer",
+    "failure_kind",
+    "malformed_calls",
+    "shaped_reward",
+    "trainable_parameters",
+    "transition_advantages",
+    "version_staleness",
+]
 
 _JUDGE_TOTALS = ("fallbacks", "input_tokens", "output_tokens", "cost_usd")  # summed over ranks, logged per step
 
@@ -124,6 +132,23 @@ def shaped_reward(trajectory: Trajectory, malformed_call_penalty: float, *,
         return None
     base = policy_failure_reward if kind == "policy" else float(trajectory.reward)  # type: ignore[arg-type]
     return base - malformed_call_penalty * malformed_calls(trajectory)
+
+
+def trainable_parameters(model: Any) -> list[Any]:
+    """The parameters an optimizer updates (a LoRA adapter's, not the frozen base model's)."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def version_staleness(trajectory: Trajectory, version_steps: dict[str, int], step: int) -> tuple[int, int]:
+    """``(sum of staleness, calls counted)`` over the rollout's LLM calls: for each call, the steps
+    between ``step`` and the step whose weights answered it (``model_version``: what the endpoint
+    reported as serving the call). Calls by versions this run did not publish are not counted."""
+    total = known = 0
+    for tr in trajectory.transitions:
+        if tr.model_version in version_steps:
+            total += step - version_steps[tr.model_version]
+            known += 1
+    return total, known
 
 
 def _outcome(trajectory: Trajectory) -> float | None:
@@ -225,25 +250,54 @@ class EvolverGRPOTrainer(GRPOTrainer):
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _sync_policy(self) -> None:
-        """Publish the current weights if an optimizer step happened since the last publish."""
+        """Publish the current weights if an optimizer step happened since the last publish.
+
+        Rank 0 publishes (``FullSync``: every rank, collectively). Only what the publisher needs is
+        gathered: the trainable parameters for a LoRA adapter (ZeRO-3 shards them; the frozen base,
+        ~15 GB at 7B, is never gathered), the consolidated state dict for full weights on disk. A
+        failure on any rank reaches every rank through one ``gather_object``, and every rank stops
+        with the reason, instead of the others waiting in the next collective until it times out.
+        """
         step = self.state.global_step
         if self.policy is None or self._synced_step == step:
             return
         if step == 0 and self._synced_step is None:  # the untrained adapter is the base model: nothing to send
             self._synced_step = 0
-            self._version_steps[self.policy.current] = 0
+            for version in (self.policy.current, getattr(self.policy, "version", None), "base"):
+                if version:  # what the endpoint may report for the starting weights
+                    self._version_steps[version] = 0
             return
         unwrapped = self.accelerator.unwrap_model(self.model)
-        name = None
-        if getattr(self.policy, "all_ranks", False):  # full weights: TRL gathers and streams collectively
-            name = self.policy.publish(unwrapped, step)
-        else:
-            with self._dist.gather_params(list(unwrapped.parameters())):  # ZeRO-3: every rank takes part
+        gathers = getattr(self.policy, "gathers", "trainable")
+        version = error = None
+        try:
+            if gathers == "collective":  # NCCL: TRL gathers and streams on every rank
+                version = self.policy.publish(unwrapped, step)
+            elif gathers == "full":  # full weights to disk: consolidated on rank 0 only under ZeRO-3
+                state_dict = self.accelerator.get_state_dict(self.model_wrapped)
                 if self.accelerator.is_main_process:
-                    name = self.policy.publish(unwrapped, step)
-        name = gather_object([name])[0]  # the main process's name, on every rank, once it is served
-        self.policy.current = name
-        self._version_steps[name] = step
+                    version = self.policy.publish(unwrapped, step, state_dict=state_dict)
+                del state_dict
+            else:
+                with self._dist.gather_params(trainable_parameters(unwrapped)):  # ZeRO-3: every rank takes part
+                    if self.accelerator.is_main_process:
+                        version = self.policy.publish(unwrapped, step)
+        except Exception as e:  # raised below on every rank, once all of them know
+            error = f"{type(e).__name__}: {e}"
+            logger.error("publishing the weights of step %d failed on rank %d: %s", step,
+                         self.accelerator.process_index, error)  # fmt: skip
+        results = gather_object([(version, self.policy.current, error)])
+        failures = [(rank, err) for rank, (_, _, err) in enumerate(results) if err]
+        if failures:
+            from langgraph_evolver.errors import PolicyEndpointError
+
+            rank, err = failures[0]
+            raise PolicyEndpointError(f"Publishing the weights of step {step} to the policy endpoint failed on rank "
+                                      f"{rank}: {err}. Every rank stops here; fix the endpoint and resume with "
+                                      "--resume_from_checkpoint true.")  # fmt: skip
+        version, current, _ = results[0]  # the main process's version, on every rank, once it is served
+        self.policy.current = current
+        self._version_steps[version] = step
         self._synced_step = step
         self._metrics["train"]["policy/sync_s"].append(getattr(self.policy, "last_sync_s", 0.0))
 
@@ -539,10 +593,9 @@ class EvolverGRPOTrainer(GRPOTrainer):
         for t in trajectories:
             turns += len(t.steps)
             policy_failures += failure_kind(t) == "policy"
-            for tr in t.transitions:
-                if tr.model_version in self._version_steps:
-                    staleness += step - self._version_steps[tr.model_version]
-                    staleness_n += 1
+            total, known = version_staleness(t, self._version_steps, step)
+            staleness += total
+            staleness_n += known
             if failure_kind(t) == "infrastructure" and t.errors:
                 reasons += t.errors[-1][:120] + "; "
         real = [s for s in samples if s.trained_tokens]  # not padding or probe rows
