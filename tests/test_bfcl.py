@@ -338,3 +338,20 @@ def test_served_over_http():
         assert remote.evaluate() == local.evaluate() == 1.0
         remote.close()
         local.close()
+
+
+def test_evaluate_selects_categories_and_reports_each():
+    from langgraph_evolver.errors import ConfigError
+    from langgraph_evolver.types import Trajectory
+    from trainers.evaluate import select_tasks, summarize
+
+    tasks = select_tasks(bfcl_tasks("test"), "miss_param,base", 3)
+    assert [t.metadata["category"] for t in tasks] == ["miss_param"] * 3 + ["base"] * 3
+    with pytest.raises(ConfigError, match="not among"):
+        select_tasks(bfcl_tasks("test"), "nope", None)
+    overflow = "rollout crashed: BadRequestError: This model's maximum context length is 2048 tokens. However, ..."
+    trajs = [Trajectory(id=f"{t.id}/{i}", task=t, reward=float(i == 0 and t.metadata["category"] == "base"),
+                        errors=(overflow,) if i == 1 else ()) for t in tasks for i in range(2)]  # fmt: skip
+    out = summarize(trajs, k=2)
+    assert out["base"]["avg@2"] == 0.5 and out["base"]["best@2"] == 1.0 and out["miss_param"]["avg@2"] == 0.0
+    assert out["base"]["context_overflow"] == out["context_overflow"] == 0.5

@@ -11,6 +11,7 @@ policy server on the committed tiny policy and stops it afterwards.
     python -m trainers.evaluate --env-url http://127.0.0.1:8080  # environments over HTTP
     python -m trainers.evaluate --config examples/quickstart.yaml --k 8   # a training config's model/env
     python -m trainers.evaluate --config examples/quickstart.yaml --adapter runs/quickstart/final
+    python -m trainers.evaluate --env bfcl --categories base,miss_param --k 4   # BFCL multi-turn (docs/bfcl.md)
 
 ``--config`` reads a ``trainers.grpo`` YAML file (model, endpoint, environment, eval split, turn
 and token limits); flags given on the command line win. ``--adapter`` loads a trained LoRA
@@ -19,7 +20,9 @@ adapter into the local server (or into any endpoint with the runtime LoRA API) a
 Outputs in ``--output-dir``: ``trajectories.jsonl``, ``runs.jsonl`` (the LangGraph run tree in
 LangSmith's run schema) and ``summary.json``. ``avg@k`` is the mean reward over all samples,
 ``best@k`` the mean over tasks of the best of k, ``success`` the share of samples scoring 1.0,
-``well_formed_calls`` the share of tool-call attempts that parsed.
+``well_formed_calls`` the share of tool-call attempts that parsed. Tasks with a ``category``
+(BFCL) get a table row per category (``--categories`` picks them), and ``context_overflow`` is the
+share of samples that ended on the endpoint's "maximum context length" error.
 """
 
 from __future__ import annotations
@@ -39,7 +42,16 @@ from langgraph_evolver.types import Trajectory, write_jsonl
 
 from .tiny import DEFAULT_CHECKPOINT
 
-__all__ = ["evaluate_endpoint", "group_by_task", "main", "make_parser", "summarize", "well_formed_counts"]
+__all__ = [
+    "context_overflow",
+    "evaluate_endpoint",
+    "group_by_task",
+    "main",
+    "make_parser",
+    "select_tasks",
+    "summarize",
+    "well_formed_counts",
+]
 
 
 def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
@@ -61,8 +73,14 @@ def group_by_task(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajecto
     return by_task
 
 
+def context_overflow(trajectories: Sequence[Trajectory]) -> float:
+    """The share of ``trajectories`` that ended because a prompt passed the model's context window."""
+    hit = sum(any("maximum context length" in e for e in t.errors) for t in trajectories)
+    return round(hit / len(trajectories), 4) if trajectories else 0.0
+
+
 def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
-    """avg@k, best@k, success and call well-formedness, overall and per level."""
+    """avg@k, best@k, success and call well-formedness, overall, per level and per category."""
     by_task = group_by_task(trajectories)
 
     def figures(groups: list[list[Trajectory]]) -> dict[str, float]:
@@ -80,7 +98,11 @@ def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
     out: dict[str, Any] = {"all": figures(list(by_task.values()))}
     for level in sorted({t.task.metadata.get("level") for t in trajectories if t.task.metadata.get("level")}):
         out[f"level{level}"] = figures([g for g in by_task.values() if g[0].task.metadata.get("level") == level])
+    for category in dict.fromkeys(t.task.metadata["category"] for t in trajectories if t.task.metadata.get("category")):
+        groups = [g for g in by_task.values() if g[0].task.metadata.get("category") == category]
+        out[category] = {**figures(groups), "context_overflow": context_overflow([t for g in groups for t in g])}
     out["errors"] = sum(bool(t.errors) for t in trajectories)
+    out["context_overflow"] = context_overflow(trajectories)
     return out
 
 
@@ -93,10 +115,10 @@ def print_report(trajectories: Sequence[Trajectory], summary: dict[str, Any], k:
             f"{task_id:<22} L{meta.get('level', '?')} {meta.get('template', ''):<18} {rewards}  best {best:.2f}",
             file=file,
         )
-    print(f"\n{'level':<8}{'avg@' + str(k):>9}{'best@' + str(k):>9}{'success':>9}{'calls ok':>10}{'n':>6}", file=file)
+    print(f"\n{'group':<13}{'avg@' + str(k):>9}{'best@' + str(k):>9}{'success':>9}{'calls ok':>10}{'n':>6}", file=file)
     for name, fig in summary.items():
         if isinstance(fig, dict):
-            print(f"{name:<8}{fig[f'avg@{k}']:>9.3f}{fig[f'best@{k}']:>9.3f}{fig['success']:>9.3f}"
+            print(f"{name:<13}{fig[f'avg@{k}']:>9.3f}{fig[f'best@{k}']:>9.3f}{fig['success']:>9.3f}"
                   f"{fig['well_formed_calls']:>10.3f}{fig['samples']:>6}", file=file)  # fmt: skip
 
 
@@ -181,6 +203,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="sandbox", help="environment registry id or 'my_pkg.module:factory'")
     p.add_argument("--env-url", help="use the HTTP environment service at this URL instead of in-process")
     p.add_argument("--split", default="test")
+    p.add_argument("--categories", help="comma-separated task categories to evaluate (BFCL: base,miss_func,"
+                   "miss_param,long_context); default: every task of the split")  # fmt: skip
     p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
     p.add_argument("--k", type=int, default=4, help="samples per task")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -190,6 +214,20 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="runs/evaluate")
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     return p
+
+
+def select_tasks(tasks: Sequence[Any], categories: str | None, limit: int | None) -> list[Any]:
+    """The tasks of the chosen ``categories`` (comma-separated, in that order), each category cut to ``limit``."""
+    if not categories:
+        return list(tasks)[:limit]
+    from langgraph_evolver.errors import ConfigError
+
+    wanted = [c.strip() for c in categories.split(",") if c.strip()]
+    known = {t.metadata.get("category") for t in tasks} - {None}
+    unknown = [c for c in wanted if c not in known]
+    if unknown:
+        raise ConfigError(f"--categories {unknown} not among this split's task categories: {sorted(known) or 'none'}.")
+    return [t for c in wanted for t in [t for t in tasks if t.metadata.get("category") == c][:limit]]
 
 
 def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[str, Any]) -> None:
@@ -237,9 +275,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
             agent = as_agent(args.agent or reference_agent(max_turns=args.max_turns), to_input=args.agent_input,
                              reward=args.reward)  # fmt: skip
-        tasks = load_environment(args.env).list_tasks(args.split)[: args.limit]
+        tasks = select_tasks(load_environment(args.env).list_tasks(args.split), args.categories, args.limit)
         if not tasks:
-            raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}.")
+            raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}"
+                               + (f" in categories {args.categories}." if args.categories else "."))  # fmt: skip
         server = None
         if args.base_url:
             base_url, model = args.base_url, args.model
@@ -273,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     summary = summarize(trajectories, args.k)
     if not args.quiet:
         print_report(trajectories, summary, args.k)
-    figures = {"model": model, "split": args.split, "tasks": len(tasks), "k": args.k, **summary,
+    figures = {"model": model, "env": args.env, "split": args.split, "tasks": len(tasks), "k": args.k, **summary,
                "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
     write_evaluation(out, trajectories, figures)
     print(json.dumps(figures))
