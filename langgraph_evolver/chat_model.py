@@ -28,7 +28,7 @@ from pydantic import Field, PrivateAttr, SecretStr
 
 from .types import Transition
 
-__all__ = ["POLICY_MARKER", "PolicyChatModel", "transition_from_message"]
+__all__ = ["POLICY_MARKER", "PolicyChatModel", "model_version", "transition_from_message"]
 
 POLICY_MARKER = "evolver_policy"
 """Metadata key a ``PolicyChatModel`` puts on its runs: the capture trains on calls carrying it."""
@@ -147,6 +147,8 @@ class PolicyChatModel(ChatOpenAI):
             message = gen.message
             message.response_metadata["prompt_token_ids"] = prompt_ids
             message.response_metadata["token_ids"] = choice.get("token_ids")
+            # the weights that actually answered (our server: the adapter's or the disk version); vLLM sends none
+            message.response_metadata["system_fingerprint"] = data.get("system_fingerprint")
             if bad and isinstance(message, AIMessage):
                 message.invalid_tool_calls = list(message.invalid_tool_calls) + [
                     invalid_tool_call(
@@ -160,6 +162,14 @@ class PolicyChatModel(ChatOpenAI):
         return result
 
 
+def model_version(message: BaseMessage) -> str:
+    """The version of the weights that answered: the response's ``system_fingerprint`` (our policy
+    server sets it to the adapter name or the weights version that served the call), else the
+    model name the endpoint echoed (vLLM sets no fingerprint; the name is the requested one)."""
+    meta = message.response_metadata or {}
+    return str(meta.get("system_fingerprint") or meta.get("model_name") or "")
+
+
 def transition_from_message(message: BaseMessage) -> Transition | None:
     """The ``Transition`` recorded on an AI message, or ``None`` if the endpoint sent no ids."""
     meta = message.response_metadata or {}
@@ -171,6 +181,6 @@ def transition_from_message(message: BaseMessage) -> Transition | None:
         prompt_ids=tuple(prompt_ids),
         completion_ids=tuple(completion_ids),
         logprobs=tuple(float(e["logprob"]) for e in content),
-        model_version=str(meta.get("model_name") or ""),
+        model_version=model_version(message),
         finish_reason=meta.get("finish_reason"),
     )
