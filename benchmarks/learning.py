@@ -1,6 +1,7 @@
-"""Learning speed: vanilla GRPO against ADCA (step credit from the reference judge), on held-out curves.
+"""Learning speed: vanilla GRPO against its mechanisms (ADCA, self-navigating, self-questioning), on held-out curves.
 
-    python benchmarks/learning.py            # 3 seeds x 30 steps, eval every 10: ~90 min on 2 cores
+    python benchmarks/learning.py            # grpo + adca, 3 seeds x 30 steps, eval every 10: ~90 min on 2 cores
+    python benchmarks/learning.py --variants grpo,navigating,questioning --results benchmarks/results/mechanisms
     python benchmarks/learning.py --quick    # 1 seed x 15 steps, eval every 5: ~22 min
     python benchmarks/learning.py --seeds 1 --steps 2 --eval-every 2 --eval-limit 4 --results runs/learning-smoke \\
         --per_device_train_batch_size 8 --gradient_accumulation_steps 1 --num_generations 4   # smoke test, ~3 min
@@ -8,30 +9,38 @@
 1. Training: for every seed (0..N-1) and variant, ``python -m trainers.grpo --config examples/quickstart.yaml``
    (the committed tiny policy, its own policy server, the sandbox, 64 rollouts per step) with only ``--seed``,
    ``--max_steps``, ``--output_dir runs/learning/<variant>-s<seed>``, ``--save_strategy steps --save_steps E``
-   (every checkpoint kept) and no evaluation before/after. ``grpo`` is the quickstart as is; ``adca`` adds
-   ``--attribution '{"alpha": A, "judge": "reference"}'``. Both variants of a seed get the same seed, tasks and
-   budget. Underscore flags this script does not know go to every trainer unchanged (``--learning_rate 1e-3``).
+   (every checkpoint kept) and no evaluation before/after. The arms (``--variants``, ``grpo`` always first):
+   ``grpo`` is the quickstart as is; ``adca`` adds ``--attribution '{"alpha": A, "judge": "reference"}'``;
+   ``navigating`` adds ``--navigation '{"enabled": true, "eta": 0.5, "extractor": "rules", "update_every": 5}'``
+   (an experience pool built from the run's own training rollouts, half of each group guided, stripped before
+   the loss); ``questioning`` trains on ``--synthetic-n`` synthesized tasks only (``--task_store`` with
+   ``--synthetic_ratio 1.0``; the store is made once, offline, from the training split's worlds, with the held-out
+   queries excluded by the duplicate filter) instead of the seed training split: the paper's "synthetic tasks
+   alone" claim on our sandbox. Every arm of a seed gets the same seed and budget. Underscore flags this script
+   does not know go to every trainer unchanged (``--learning_rate 1e-3``).
 2. Held-out curves: one policy server on the tiny policy, started here, evaluates the test split (75 tasks) x k=4 =
    300 samples with the quickstart's sampling settings at steps 0, E, 2E, ... and the last step. Step 0 is the
    untrained policy, shared by both variants of a seed (evaluated once per seed); every later point loads that
    step's adapter (``checkpoint-N/``, or ``final/`` for a last step that is no multiple of E) through the runtime
    LoRA API, evaluates it and unloads it. The training loop is untouched.
-3. Figures, on the mean avg@k curve over seeds:
+3. Figures, on the mean avg@k curve over seeds (every ``<v>_*`` key for each arm v other than grpo):
    - threshold (``--threshold-of gain``, default): the step-0 score plus 90% of GRPO's best mean gain over it,
      ``s0 + 0.9 (best - s0)``. The literal "90% of GRPO's best score" (``--threshold-of score``: ``0.9 best``) lies
      below the untrained policy on this sandbox (~0.77 at step 0, ~0.80 at best), so both variants "reach" it at
      step 0; it is always reported as well (``*_score`` keys).
    - steps to threshold: the first eval step whose mean score reaches it, interpolated linearly between that step
      and the previous eval step; null when never reached within the budget.
-   - ``adca_steps_ratio``: ADCA steps / GRPO steps to the threshold (null when either is null or GRPO's is 0).
+   - ``<v>_steps_ratio``: its steps / GRPO steps to the threshold (null when either is null or GRPO's is 0).
    - AUC: trapezoid over the eval steps divided by the step range (= the mean held-out score over training);
-     ``adca_auc_gain`` = ADCA AUC / GRPO AUC. Both start from the same step-0 score, so this ratio stays near 1;
-     ``adca_auc_gain_above_start`` divides the areas above the step-0 score instead.
+     ``<v>_auc_gain`` = its AUC / GRPO AUC. Both start from the same step-0 score, so this ratio stays near 1;
+     ``<v>_auc_gain_above_start`` divides the areas above the step-0 score instead. ``<v>_final_gain``: its
+     last-step mean minus GRPO's, with ``_se`` from the per-seed differences.
    - ``eval_se``: mean standard error of one evaluation (sampling noise within tasks): compare gaps with it.
    - Paired training figures (from each run's ``metrics.jsonl``, no extra compute): a seed gives both variants
-     the same tasks at every step, so the per-step ADCA - GRPO outcome reward on training rollouts removes task
-     difficulty, which dominates the raw training curve. ``train_reward_gain`` = its mean from step 2 on (step 1
-     samples both from the untrained policy), averaged over seeds (``_se`` across seeds).
+     the same tasks at every step, so the per-step arm - GRPO outcome reward on training rollouts removes task
+     difficulty, which dominates the raw training curve. ``<v>_train_reward_gain`` = its mean from step 2 on
+     (step 1 samples both from the untrained policy), averaged over seeds (``_se`` across seeds). Not for
+     ``questioning``, whose training tasks differ (its training reward is on synthetic tasks).
      ``<variant>_no_signal_share``: GRPO's zero-variance groups vs ADCA's groups with neither outcome nor process
      variance (what the process channel adds).
    - Evaluations are kept next to the runs (``eval_base_s<seed>.json``, ``<variant>-s<seed>/eval_step<N>.json``);
@@ -61,6 +70,9 @@ for _key, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("T
     os.environ.setdefault(_key, _value)
 
 VARIANTS = ("grpo", "adca")
+"""The default arms; ``ARMS`` lists all."""
+ARMS = ("grpo", "adca", "navigating", "questioning")
+NAVIGATION = {"enabled": True, "eta": 0.5, "extractor": "rules", "update_every": 5}
 
 
 def eval_grid(steps: int, every: int) -> list[int]:
@@ -79,8 +91,7 @@ def train(variant: str, seed: int, args: argparse.Namespace, extra: list[str]) -
            str(run_dir), "--max_steps", str(args.steps), "--save_strategy", "steps", "--save_steps",
            str(args.eval_every), "--save_total_limit", str(args.steps // args.eval_every + 1), "--eval_before",
            "false", "--eval_after", "false", *extra]  # fmt: skip
-    if variant == "adca":
-        cmd += ["--attribution", json.dumps({"alpha": args.alpha, "judge": "reference"})]
+    cmd += arm_args(variant, args)
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"training {variant} seed {seed}: {args.steps} steps -> {run_dir}", file=sys.stderr)
     with (run_dir / "train.log").open("w") as log:
@@ -98,6 +109,37 @@ def train(variant: str, seed: int, args: argparse.Namespace, extra: list[str]) -
         tail = (run_dir / "train.log").read_text(errors="replace")[-2000:]
         raise SystemExit(f"training {variant} seed {seed} failed (exit {rc}), log {run_dir / 'train.log'}:\n{tail}")
     return json.loads(summary.read_text())
+
+
+def arm_args(variant: str, args: argparse.Namespace) -> list[str]:
+    """The trainer flags an arm adds to the quickstart."""
+    if variant == "adca":
+        return ["--attribution", json.dumps({"alpha": args.alpha, "judge": "reference"})]
+    if variant == "navigating":
+        return ["--navigation", json.dumps(NAVIGATION)]
+    if variant == "questioning":
+        return ["--task_store", str(synthetic_store(args)), "--synthetic_ratio", "1.0"]
+    if variant != "grpo":
+        raise SystemExit(f"unknown variant {variant!r}; choose from {', '.join(ARMS)}")
+    return []
+
+
+def synthetic_store(args: argparse.Namespace) -> Path:
+    """The questioning arm's task store: ``--synthetic-n`` tasks made offline once (reused when complete)."""
+    from langgraph_evolver.questioning import TaskStore, synthesize_tasks
+
+    path = Path(args.out) / f"synthetic-{args.synthetic_n}.sqlite"
+    if path.exists():
+        with TaskStore(path) as store:
+            if len(store) >= args.synthetic_n:
+                return path
+        path.unlink()
+    tasks, report = synthesize_tasks("sandbox", args.synthetic_n, seed=0, progress=False)
+    with TaskStore(path) as store:
+        store.add_many(tasks)
+    print(f"questioning: {report.kept} synthetic tasks from {report.explorations} explorations -> {path}",
+          file=sys.stderr)  # fmt: skip
+    return path
 
 
 def adapter_dir(variant: str, seed: int, step: int, args: argparse.Namespace) -> Path:
@@ -169,29 +211,36 @@ def train_curves(run_dir: Path) -> dict[str, list[float]]:
             "no_signal": [r.get("adca/no_signal_share", r["zero_variance_share"]) for r in rows]}  # fmt: skip
 
 
-def reward_diff(train: dict, seed: int) -> list[float]:
-    """ADCA - GRPO training reward at every step of one seed (both variants get the same tasks per step)."""
-    return [a - g for a, g in zip(train["adca"][seed]["reward"], train["grpo"][seed]["reward"], strict=False)]
+def reward_diff(train: dict, seed: int, variant: str = "adca") -> list[float]:
+    """Arm - GRPO training reward at every step of one seed (both get the same tasks per step)."""
+    return [a - g for a, g in zip(train[variant][seed]["reward"], train["grpo"][seed]["reward"], strict=False)]
 
 
-def paired_train_figures(train: dict, seeds: list[int]) -> dict:
-    """ADCA - GRPO on training rollouts. A seed gives both variants the same tasks at every step, so the
-    per-step difference removes task difficulty (which dominates the raw training curve)."""
-    # from step 2 on: step 1 samples both variants from the same untrained policy (pure sampling noise)
-    diffs = [statistics.fmean(reward_diff(train, s)[1:]) for s in seeds]
-    return {
-        "train_reward_gain": round(statistics.fmean(diffs), 4),
-        "train_reward_gain_se": round(statistics.stdev(diffs) / math.sqrt(len(diffs)), 4) if len(diffs) > 1 else None,
-        "train_reward_gain_per_seed": [round(d, 4) for d in diffs],
-        **{f"{v}_train_reward_mean": round(statistics.fmean(r for s in seeds for r in train[v][s]["reward"]), 4)
-           for v in VARIANTS},
-        **{f"{v}_no_signal_share": round(statistics.fmean(r for s in seeds for r in train[v][s]["no_signal"]), 4)
-           for v in VARIANTS},
-    }  # fmt: skip
+def paired_train_figures(train: dict, seeds: list[int], variants: tuple[str, ...] = VARIANTS) -> dict:
+    """Arm - GRPO on training rollouts. A seed gives every arm the same tasks at every step, so the per-step
+    difference removes task difficulty (which dominates the raw training curve). Not for questioning."""
+    figs: dict = {}
+    for v in variants:
+        rewards = [r for s in seeds for r in train[v][s]["reward"]]
+        figs[f"{v}_train_reward_mean"] = round(statistics.fmean(rewards), 4) if rewards else None
+        signal = [r for s in seeds for r in train[v][s]["no_signal"]]
+        figs[f"{v}_no_signal_share"] = round(statistics.fmean(signal), 4) if signal else None
+        if v in ("grpo", "questioning"):
+            continue
+        # from step 2 on: step 1 samples both arms from the same untrained policy (pure sampling noise)
+        diffs = [statistics.fmean(reward_diff(train, s, v)[1:]) for s in seeds]
+        figs[f"{v}_train_reward_gain"] = round(statistics.fmean(diffs), 4)
+        figs[f"{v}_train_reward_gain_se"] = (round(statistics.stdev(diffs) / math.sqrt(len(diffs)), 4)
+                                             if len(diffs) > 1 else None)  # fmt: skip
+        figs[f"{v}_train_reward_gain_per_seed"] = [round(d, 4) for d in diffs]
+    return figs
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+
+COLORS = {"grpo": "tab:blue", "adca": "tab:orange", "navigating": "tab:green", "questioning": "tab:red"}
 
 
 def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, k: int, title: str,
@@ -201,8 +250,10 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    variants = list(curves)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
-    for variant, color in zip(VARIANTS, ("tab:blue", "tab:orange"), strict=True):
+    for variant in variants:
+        color = COLORS.get(variant, "tab:gray")
         for seed_curve in curves[variant].values():
             ax.plot(xs, seed_curve, color=color, alpha=0.25, linewidth=1)
         ax.plot(xs, mean[variant], color=color, marker="o", linewidth=2, label=f"{variant} (mean)")
@@ -212,22 +263,56 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    # training rollouts: ADCA - GRPO outcome reward per step (same tasks), 5-step moving average per seed
-    for seed, color in zip(sorted(train["grpo"]), ("tab:green", "tab:purple", "tab:brown", "tab:gray") * 8,
-                           strict=False):  # fmt: skip
-        diff = reward_diff(train, seed)
+    # training rollouts: arm - GRPO outcome reward per step (same tasks), 5-step moving average, mean over seeds
+    for variant in variants:
+        if variant in ("grpo", "questioning"):
+            continue
+        diffs = [reward_diff(train, seed, variant) for seed in sorted(train["grpo"])]
+        n = min(len(d) for d in diffs)
+        diff = [statistics.fmean(d[i] for d in diffs) for i in range(n)]
         smooth = [statistics.fmean(diff[max(0, i - 4) : i + 1]) for i in range(len(diff))]
-        ax2.plot(range(1, len(diff) + 1), smooth, color=color, linewidth=1.5, label=f"seed {seed}")
+        ax2.plot(range(1, len(diff) + 1), smooth, color=COLORS.get(variant, "tab:gray"), linewidth=1.5,
+                 label=f"{variant} - grpo")  # fmt: skip
     ax2.axhline(0.0, color="black", linewidth=0.8)
     ax2.set_xlabel("optimizer step")
-    ax2.set_ylabel("training reward, ADCA - GRPO (5-step avg)")
-    ax2.set_title("paired: same tasks at every step", fontsize=9)
+    ax2.set_ylabel("training reward, arm - GRPO (5-step avg)")
+    ax2.set_title("paired: same tasks at every step (mean over seeds)", fontsize=9)
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def arm_figures(xs: list[int], mean: dict, curves: dict, thresholds: dict, threshold_of: str) -> dict:
+    """Steps to threshold, steps ratios, AUCs and final gains of every arm against GRPO."""
+    variants = list(mean)
+    s0 = mean["grpo"][0]
+    figs: dict = {}
+    for mode, thr in thresholds.items():
+        suffix = "" if mode == threshold_of else f"_{mode}"
+        reach = {v: steps_to(xs, mean[v], thr) for v in variants}
+        figs[f"threshold{suffix}"] = round(thr, 4)
+        for v in variants:
+            figs[f"{v}_steps_to_threshold{suffix}"] = None if reach[v] is None else round(reach[v], 2)
+            if v != "grpo":
+                figs[f"{v}_steps_ratio{suffix}"] = ratio(reach[v], reach["grpo"])
+    for v in variants:
+        area, above = auc(xs, mean[v]), auc(xs, mean[v], base=s0)
+        figs[f"{v}_auc"] = round(area, 4)
+        figs[f"{v}_best"] = max(mean[v])
+        if v == "grpo":
+            continue
+        grpo_above = auc(xs, mean["grpo"], base=s0)
+        figs[f"{v}_auc_gain"] = ratio(area, auc(xs, mean["grpo"]))
+        figs[f"{v}_auc_gain_above_start"] = ratio(above, grpo_above) if grpo_above > 0 else None
+        diffs = [curves[v][s][-1] - curves["grpo"][s][-1] for s in curves["grpo"]]
+        figs[f"{v}_final_gain"] = round(statistics.fmean(diffs), 4)
+        figs[f"{v}_final_gain_se"] = (
+            round(statistics.stdev(diffs) / math.sqrt(len(diffs)), 4) if len(diffs) > 1 else None
+        )
+    return figs
 
 
 def main() -> None:
@@ -237,7 +322,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3, quick 1)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 30, quick 15)")
     p.add_argument("--eval-every", type=int, default=None, help="checkpoint/eval interval E (default 10, quick 5)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"arms, comma-separated, from {', '.join(ARMS)}")
     p.add_argument("--alpha", type=float, default=0.1, help="ADCA alpha")
+    p.add_argument("--synthetic-n", type=int, default=100, help="synthetic tasks for the questioning arm")
     p.add_argument("--eval-limit", type=int, default=None, help="only the first N held-out tasks (default all 75)")
     p.add_argument("--eval-k", type=int, default=None, help="samples per held-out task (default the config's, 4)")
     p.add_argument("--threshold-of", choices=("gain", "score"), default="gain", help="see the docstring")
@@ -254,6 +341,9 @@ def main() -> None:
     unknown = [a for a in extra if a.startswith("--") and "-" in a[2:].split("=")[0]]
     if unknown:
         p.error(f"unknown flags {unknown} (trainer flags are spelled with underscores)")
+    variants = tuple(dict.fromkeys(["grpo", *(v.strip() for v in args.variants.split(",") if v.strip())]))
+    if bad := [v for v in variants if v not in ARMS]:
+        p.error(f"unknown variants {bad}; choose from {', '.join(ARMS)}")
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.steps = args.steps or (15 if args.quick else 30)
     args.eval_every = args.eval_every or (5 if args.quick else 10)
@@ -277,9 +367,9 @@ def main() -> None:
         )
     xs, seeds = eval_grid(args.steps, args.eval_every), list(range(args.seeds))
     started = time.perf_counter()
-    curves: dict = {v: {} for v in VARIANTS}
-    points: dict = {v: {} for v in VARIANTS}
-    runs: dict = {v: {} for v in VARIANTS}
+    curves: dict = {v: {} for v in variants}
+    points: dict = {v: {} for v in variants}
+    runs: dict = {v: {} for v in variants}
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     server = PolicyServerProcess(cfg.get("model_path", ROOT / "checkpoints" / "tiny-policy"), threads=2,
@@ -287,7 +377,7 @@ def main() -> None:
     server.start()
     try:
         for seed in seeds:
-            for variant in VARIANTS:
+            for variant in variants:
                 summary = train(variant, seed, args, extra)
                 runs[variant][seed] = {
                     key: summary.get(key)
@@ -296,7 +386,7 @@ def main() -> None:
             base = cached_evaluate(out / f"eval_base_s{seed}.json", args.reuse, server.base_url, tasks, None,
                                    server.model_name, ev)  # fmt: skip
             print(f"seed {seed} step 0: avg@{ev['k']} {base['avg']} (se {base['se']})", file=sys.stderr)
-            for variant in VARIANTS:
+            for variant in variants:
                 run_dir = out / f"{variant}-s{seed}"
                 evals = [base] + [cached_evaluate(run_dir / f"eval_step{s}.json", args.reuse, server.base_url, tasks,
                                                   adapter_dir(variant, seed, s, args), server.model_name, ev)
@@ -307,42 +397,32 @@ def main() -> None:
     finally:
         server.stop()
 
-    mean = {v: [round(statistics.fmean(c[i] for c in curves[v].values()), 4) for i in range(len(xs))] for v in VARIANTS}
-    training = {v: {seed: train_curves(out / f"{v}-s{seed}") for seed in seeds} for v in VARIANTS}
+    mean = {v: [round(statistics.fmean(c[i] for c in curves[v].values()), 4) for i in range(len(xs))] for v in variants}
+    training = {v: {seed: train_curves(out / f"{v}-s{seed}") for seed in seeds} for v in variants}
     s0, best = mean["grpo"][0], max(mean["grpo"])
     thresholds = {"gain": s0 + 0.9 * (best - s0), "score": 0.9 * best}
-    figs: dict = {}
-    for mode, thr in thresholds.items():
-        suffix = "" if mode == args.threshold_of else f"_{mode}"
-        reach = {v: steps_to(xs, mean[v], thr) for v in VARIANTS}
-        figs.update({f"threshold{suffix}": round(thr, 4), f"adca_steps_ratio{suffix}": ratio(reach["adca"],
-                     reach["grpo"]), **{f"{v}_steps_to_threshold{suffix}": None if reach[v] is None else
-                                        round(reach[v], 2) for v in VARIANTS}})  # fmt: skip
-    areas = {v: auc(xs, mean[v]) for v in VARIANTS}
-    above = {v: auc(xs, mean[v], base=s0) for v in VARIANTS}
+    figs = arm_figures(xs, mean, curves, thresholds, args.threshold_of)
     notes = []
     if figs["grpo_steps_to_threshold"] == 0:
-        notes.append("GRPO's mean curve starts at or above the threshold: the steps ratio is undefined")
-    if figs["adca_steps_to_threshold"] is None:
-        notes.append(f"ADCA never reached the threshold within {args.steps} steps")
-    se = statistics.fmean(e["se"] for v in VARIANTS for evals in points[v].values() for e in evals)
+        notes.append("GRPO's mean curve starts at or above the threshold: the steps ratios are undefined")
+    notes += [f"{v} never reached the threshold within {args.steps} steps" for v in variants
+              if figs[f"{v}_steps_to_threshold"] is None]  # fmt: skip
+    se = statistics.fmean(e["se"] for v in variants for evals in points[v].values() for e in evals)
     figures = {
-        "adca_steps_ratio": figs.pop("adca_steps_ratio"), "adca_auc_gain": ratio(areas["adca"], areas["grpo"]),
-        "adca_auc_gain_above_start": ratio(above["adca"], above["grpo"]) if above["grpo"] > 0 else None,
-        "threshold_of": args.threshold_of, **figs,
-        "start_score": s0, "grpo_best": best, "adca_best": max(mean["adca"]),
-        **{f"{v}_auc": round(areas[v], 4) for v in VARIANTS}, "eval_se": round(se, 4), "steps": xs,
-        "mean_curves": mean, "seed_curves": curves, "seeds": seeds, "alpha": args.alpha,
-        "eval_samples": len(tasks) * ev["k"], **paired_train_figures(training, seeds), "trainer_args": extra,
-        "notes": notes,
-        "train_s": {v: {s: r["wall_s"] for s, r in runs[v].items()} for v in VARIANTS},
+        **{f"{v}_steps_ratio": figs.pop(f"{v}_steps_ratio") for v in variants if v != "grpo"},
+        "variants": list(variants), "threshold_of": args.threshold_of, **figs, "start_score": s0,
+        "eval_se": round(se, 4), "steps": xs, "mean_curves": mean, "seed_curves": curves, "seeds": seeds,
+        "alpha": args.alpha, "eval_samples": len(tasks) * ev["k"], **paired_train_figures(training, seeds, variants),
+        "trainer_args": extra, "notes": notes,
+        **({"synthetic_n": args.synthetic_n} if "questioning" in variants else {}),
+        **({"navigation": NAVIGATION} if "navigating" in variants else {}),
+        "train_s": {v: {s: r["wall_s"] for s, r in runs[v].items()} for v in variants},
         "wall_s": round(time.perf_counter() - started, 1), "reused": bool(args.reuse),
     }  # fmt: skip
     results = args.results
-    title = (
-        f"GRPO vs ADCA (alpha {args.alpha}, reference judge), {len(seeds)} seed(s), {len(tasks)}x{ev['k']} "
-        f"held-out samples\nsteps ratio {figures['adca_steps_ratio']}, AUC gain {figures['adca_auc_gain']}"
-    )
+    ratios = ", ".join(f"{v} {figures[f'{v}_steps_ratio']}" for v in variants if v != "grpo")
+    title = (f"{' vs '.join(variants)}, {len(seeds)} seed(s), {len(tasks)}x{ev['k']} held-out samples\n"
+             f"steps ratios: {ratios}")  # fmt: skip
     plot(results / "learning.png", xs, curves, mean, figures["threshold"], ev["k"], title, training)
     (results / "learning.json").write_text(json.dumps({**figures, "runs": runs, "evals": points}, indent=2))
     print(json.dumps(figures))

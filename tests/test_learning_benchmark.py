@@ -51,8 +51,9 @@ def test_paired_training_figures_skip_step_one_and_compare_signal(tmp_path):
     assert train["grpo"][0]["reward"] == [0.1, 0.5, 0.6]  # sorted by step
     figs = learning.paired_train_figures(train, [0, 1])
     # seed 0: (0.1 + 0.1) / 2, seed 1: (0 + 0.2) / 2 -- step 1's +-0.8 is left out
-    assert figs["train_reward_gain_per_seed"] == pytest.approx([0.1, 0.1])
-    assert figs["train_reward_gain"] == pytest.approx(0.1) and figs["train_reward_gain_se"] == pytest.approx(0.0)
+    assert figs["adca_train_reward_gain_per_seed"] == pytest.approx([0.1, 0.1])
+    assert figs["adca_train_reward_gain"] == pytest.approx(0.1)
+    assert figs["adca_train_reward_gain_se"] == pytest.approx(0.0)
     assert figs["grpo_no_signal_share"] == 0.5 and figs["adca_no_signal_share"] == pytest.approx(0.35)
 
 
@@ -74,3 +75,31 @@ def test_evaluations_are_cached_per_settings(tmp_path, monkeypatch):
     assert learning.cached_evaluate(cache, False, "u", tasks, None, "m", ev) != first  # no --reuse: evaluate again
     learning.cached_evaluate(cache, True, "u", tasks, None, "m", {"k": 8})  # other settings: evaluate again
     assert len(calls) == 3
+
+
+def test_arm_figures_for_every_variant_against_grpo():
+    xs = [0, 10, 20]
+    curves = {"grpo": {0: [0.5, 0.6, 0.7], 1: [0.5, 0.6, 0.7]},
+              "navigating": {0: [0.5, 0.7, 0.8], 1: [0.5, 0.65, 0.76]},
+              "questioning": {0: [0.5, 0.5, 0.5], 1: [0.5, 0.5, 0.52]}}  # fmt: skip
+    mean = {v: [sum(c[i] for c in cs.values()) / 2 for i in range(3)] for v, cs in curves.items()}
+    figs = learning.arm_figures(xs, mean, curves, {"gain": 0.68, "score": 0.63}, "gain")
+    assert figs["grpo_steps_to_threshold"] == pytest.approx(18.0)  # 0.6 at 10, 0.7 at 20
+    assert figs["navigating_steps_ratio"] == pytest.approx(round(figs["navigating_steps_to_threshold"] / 18.0, 3))
+    assert figs["questioning_steps_to_threshold"] is None and figs["questioning_steps_ratio"] is None
+    assert figs["navigating_final_gain"] == pytest.approx(0.08) and figs["navigating_final_gain_se"] == pytest.approx(
+        0.02
+    )
+    assert figs["questioning_final_gain"] == pytest.approx(-0.19)
+    assert "threshold_score" in figs and "navigating_steps_ratio_score" in figs
+
+
+def test_arm_flags():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(alpha=0.2)
+    assert learning.arm_args("grpo", args) == []
+    assert json.loads(learning.arm_args("adca", args)[1]) == {"alpha": 0.2, "judge": "reference"}
+    assert json.loads(learning.arm_args("navigating", args)[1])["enabled"] is True
+    with pytest.raises(SystemExit, match="unknown variant"):
+        learning.arm_args("magic", args)
