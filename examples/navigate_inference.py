@@ -10,6 +10,15 @@
     python examples/navigate_inference.py --quick         # ~2 min
     python examples/navigate_inference.py --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
 
+Another local checkpoint (``--model`` without ``--base-url`` is a directory the CPU server loads), on
+a pool built once and reused, or on a validation split carved from the training split (tasks
+``sandbox-train-200000`` on: never in the pool's rollouts, the warm start's data or the held-out
+split) to choose settings::
+
+    python examples/navigate_inference.py --pool-only                      # build runs/navigate_inference/pool
+    python examples/navigate_inference.py --reuse-pool --model checkpoints/tiny-policy-navigate
+    python examples/navigate_inference.py --reuse-pool --split validation --n-test 40 --k 2
+
 Your own agent: pass ``--agent my_pkg.agent:build_agent`` (any agent ``trainers.evaluate`` takes;
 ``create_agent`` agents need ``EvolverMiddleware`` to receive the block). Ends with one JSON line.
 """
@@ -25,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+VALIDATION_START = 200_000  # training-split tasks from here on: the validation split
 
 
 async def rollouts(agent, tasks, *, policy, k, navigator=None, guided=False, progress=""):
@@ -34,19 +44,35 @@ async def rollouts(agent, tasks, *, policy, k, navigator=None, guided=False, pro
                                guided=[guided] * (len(tasks) * k), max_turns=10, progress=progress)  # fmt: skip
 
 
+def summary(trajectories, name: str) -> dict[str, float]:
+    """avg@k and success (reward 1) with their standard errors over tasks (the k samples of a task averaged)."""
+    by_task: dict[str, list[float]] = {}
+    for traj in trajectories:
+        by_task.setdefault(traj.task.id, []).append(traj.reward or 0.0)
+    out = {}
+    for key, value in (("avg", lambda r: r), ("success", lambda r: float(r >= 1.0))):
+        means = [statistics.fmean(value(r) for r in rs) for rs in by_task.values()]
+        se = statistics.stdev(means) / len(means) ** 0.5 if len(means) > 1 else 0.0
+        out[f"{name}_{key}"], out[f"{name}_{key}_stderr"] = round(statistics.fmean(means), 4), round(se, 4)
+    return out
+
+
 def paired(unguided, guided) -> dict[str, float]:
     by_task: dict[str, list[list[float]]] = {}
     for traj in unguided:
         by_task.setdefault(traj.task.id, [[], []])[0].append(traj.reward or 0.0)
     for traj in guided:
         by_task[traj.task.id][1].append(traj.reward or 0.0)
-    diffs = [statistics.fmean(g) - statistics.fmean(u) for u, g in by_task.values()]
-    stderr = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
-    return {"gain": round(statistics.fmean(diffs), 4), "gain_stderr": round(stderr, 4)}
+    out = {}
+    for key, value in (("gain", lambda r: r), ("success_gain", lambda r: float(r >= 1.0))):
+        diffs = [statistics.fmean(map(value, g)) - statistics.fmean(map(value, u)) for u, g in by_task.values()]
+        stderr = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
+        out[key], out[f"{key}_stderr"] = round(statistics.fmean(diffs), 4), round(stderr, 4)
+    return out
 
 
 async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dict:
-    from env_tools.sandbox import seed_tasks
+    from env_tools.sandbox import generate_tasks, seed_tasks
     from graphs.agent import reference_agent
     from langgraph_evolver import PolicyChatModel
     from langgraph_evolver.dropin import as_agent
@@ -55,23 +81,36 @@ async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dic
     agent = as_agent(args.agent) if args.agent else reference_agent()
     policy = PolicyChatModel(base_url=base_url, model=model, max_tokens=128, timeout=300)
     n_train, n_test, k = (60, 30, 2) if args.quick else (180, 75, 4)
-    train, test = seed_tasks("train")[:n_train], seed_tasks("test")[:n_test]
+    n_test, k = args.n_test or n_test, args.k or k
+    train = seed_tasks("train")[:n_train]
+    test = (
+        seed_tasks("test")[:n_test] if args.split == "test" else generate_tasks("train", n_test, start=VALIDATION_START)
+    )
     try:
-        seen = await rollouts(agent, train, policy=policy, k=2, progress="training-task rollouts")
-        result = extract_experiences(seen, "rules")
-        pool = FaissExperiencePool(default_embeddings())
-        pool.add(result.experiences)
-        pool.save(args.pool_dir)
+        if args.reuse_pool and (args.pool_dir / "manifest.json").exists():
+            seen, pool = [], FaissExperiencePool.load(args.pool_dir, default_embeddings())
+        else:
+            seen = await rollouts(agent, train, policy=policy, k=2, progress="training-task rollouts")
+            result = extract_experiences(seen, "rules")
+            pool = FaissExperiencePool(default_embeddings())
+            pool.add(result.experiences)
+            pool.save(args.pool_dir)
+        if args.pool_only:
+            return {
+                "model": model,
+                "train_rollouts": len(seen),
+                "experiences": len(pool),
+                "pool_dir": str(args.pool_dir),
+            }
         navigator = Navigator(pool, top_k=args.top_k)
         unguided = await rollouts(agent, test, policy=policy, k=k, progress="held-out, unguided")
         guided = await rollouts(agent, test, policy=policy, k=k, navigator=navigator, guided=True,
                                 progress="held-out, guided")  # fmt: skip
     finally:
         await policy.aclose()
-    mean = lambda ts: round(statistics.fmean(t.reward or 0.0 for t in ts), 4)  # noqa: E731
-    return {"model": model, "train_rollouts": len(seen), "experiences": len(pool),
-            "held_out_tasks": len(test), "k": k, "unguided_avg": mean(unguided), "guided_avg": mean(guided),
-            **paired(unguided, guided),
+    return {"model": model, "split": args.split, "train_rollouts": len(seen), "experiences": len(pool),
+            "top_k": args.top_k, "held_out_tasks": len(test), "k": k,
+            **summary(unguided, "unguided"), **summary(guided, "guided"), **paired(unguided, guided),
             "retrieved_share": round(sum(bool(t.experience_ids) for t in guided) / len(guided), 3),
             "pool_dir": str(args.pool_dir)}  # fmt: skip
 
@@ -80,10 +119,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: the CPU server on the tiny policy)")
-    p.add_argument("--model", help="the model name at --base-url")
+    p.add_argument("--model", help="the model name at --base-url; without it, the checkpoint directory to serve")
     p.add_argument("--agent", help="your agent, 'my_pkg.agent:build_agent' (default: our reference agent)")
     p.add_argument("--pool-dir", type=Path, default=Path("runs/navigate_inference/pool"))
     p.add_argument("--top-k", type=int, default=3, help="experiences injected per guided rollout")
+    p.add_argument("--reuse-pool", action="store_true", help="load the pool saved in --pool-dir instead of building it")
+    p.add_argument("--pool-only", action="store_true", help="build (or load) the pool and stop")
+    p.add_argument("--split", choices=["test", "validation"], default="test",
+                   help="held-out test split, or validation tasks carved from the training split")  # fmt: skip
+    p.add_argument("--n-test", type=int, help="tasks to evaluate (default 75, --quick 30)")
+    p.add_argument("--k", type=int, help="samples per task each way (default 4, --quick 2)")
+    p.add_argument("--out", type=Path, help="also write the JSON figures here")
     args = p.parse_args()
     if args.base_url:
         figures = asyncio.run(main_async(args, args.base_url, args.model))
@@ -91,12 +137,19 @@ def main() -> None:
         from trainers.serving import PolicyServerProcess
         from trainers.tiny import DEFAULT_CHECKPOINT
 
-        server = PolicyServerProcess(str(DEFAULT_CHECKPOINT), log_path=Path("runs/navigate_inference/server.log"))
+        checkpoint = args.model or str(DEFAULT_CHECKPOINT)
+        log = Path("runs/navigate_inference") / f"server-{Path(checkpoint).name}-{args.split}.log"
+        server = PolicyServerProcess(checkpoint, log_path=log)
         server.start()
         try:
             figures = asyncio.run(main_async(args, server.base_url, server.model_name))
         finally:
             server.stop()
+    if not args.base_url:
+        figures["model"] = args.model or str(DEFAULT_CHECKPOINT)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures))
 
 

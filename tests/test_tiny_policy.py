@@ -103,3 +103,106 @@ def test_warm_start_cli_writes_a_loadable_checkpoint(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out)
     assert tok.chat_template == TINY_CHAT_TEMPLATE
     assert model.config.hidden_size == 64
+
+
+class _BagOfWords:
+    """Deterministic embeddings for a pool without MiniLM: each word hashed to one of 64 buckets."""
+
+    def _vector(self, text: str) -> list[float]:
+        import hashlib
+        import re
+
+        vector = [0.0] * 64
+        for word in re.findall(r"[a-z0-9]+", text.lower()):
+            vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
+        norm = sum(v * v for v in vector) ** 0.5 or 1.0
+        return [v / norm for v in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+def _navigator(top_k: int = 2):
+    from langgraph_evolver.experience import FaissExperiencePool, Navigator
+    from langgraph_evolver.experience.types import Experience
+
+    pool = FaissExperiencePool(_BagOfWords())
+    pool.add([
+        Experience(when_to_use="the request asks for a contact's city", content="Call search_contacts first."),
+        Experience(when_to_use="the request asks to message a contact", content="Use contact_id from the search."),
+        Experience(when_to_use="the request asks about the weather", content="Look up the city, then forecast."),
+    ])  # fmt: skip
+    return Navigator(pool, top_k=top_k)
+
+
+def test_experience_rate_chats_hold_the_rollout_block_outside_the_loss(tokenizer):
+    from langchain_core.messages import SystemMessage
+
+    from env_tools.sandbox import SandboxEnvironment
+    from langgraph_evolver.experience.navigate import BLOCK_HEADER, BLOCK_SEPARATOR, inject_experience
+    from trainers.tiny import guided_conversation
+
+    task = next(t for t in seed_tasks("train") if t.metadata["template"] == "contact_city")
+    navigator = _navigator()
+    messages, tools, block = guided_conversation(task, navigator)
+    plain, _ = reference_conversation(task)
+    # the block the Navigator retrieves for this task at rollout time, injected by inject_experience
+    obs = SandboxEnvironment().reset(task)
+    at_rollout = navigator.block_for(task, obs)
+    assert block == at_rollout and len(block.ids) == 2
+    injected = inject_experience([SystemMessage(obs.messages[0]["content"])], at_rollout)[0].content
+    assert messages[0] == {**plain[0], "content": injected}
+    assert messages[0]["content"] == plain[0]["content"] + BLOCK_SEPARATOR + block.text
+    assert block.text.startswith(BLOCK_HEADER) and messages[1:] == plain[1:]
+    # rendered in the system turn, before the user's request; the loss covers the same tokens as without it
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    assert text.index(block.text) < text.index("<|im_start|>user")
+    ids, labels = encode_example(tokenizer, messages, tools)
+    plain_ids, plain_labels = encode_example(tokenizer, plain, tools)
+    target = [i for i, lab in zip(ids, labels, strict=True) if lab != -100]
+    assert target == [i for i, lab in zip(plain_ids, plain_labels, strict=True) if lab != -100]
+    block_len = len(ids) - len(plain_ids)
+    start = next(i for i, (a, b) in enumerate(zip(ids, plain_ids, strict=False)) if a != b)
+    assert block_len > 20 and all(lab == -100 for lab in labels[start : start + block_len])
+    assert tokenizer.decode(ids[start : start + block_len]) in BLOCK_SEPARATOR + block.text + "\n"
+
+
+def test_experience_block_is_trimmed_to_fit_the_context(tokenizer):
+    from trainers.tiny import _render, guided_conversation
+
+    task = next(t for t in seed_tasks("train") if t.metadata["template"] == "contact_city")
+    navigator = _navigator(top_k=3)
+    full, tools, block = guided_conversation(task, navigator)
+    plain, _ = reference_conversation(task)
+    n_full = len(tokenizer(_render(full, tools), add_special_tokens=False).input_ids)
+    n_plain = len(tokenizer(_render(plain, tools), add_special_tokens=False).input_ids)
+    assert len(block.ids) == 3
+    messages, _, trimmed = guided_conversation(task, navigator, max_tokens=n_full - 1, tokenizer=tokenizer)
+    assert 1 <= len(trimmed.ids) < 3 and trimmed.ids == block.ids[: len(trimmed.ids)]
+    assert len(tokenizer(_render(messages, tools), add_special_tokens=False).input_ids) <= n_full - 1
+    messages, _, none = guided_conversation(task, navigator, max_tokens=n_plain, tokenizer=tokenizer)
+    assert none is None and messages == plain
+
+
+def test_experience_rate_cli_keeps_the_init_tokenizer(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    import trainers.tiny as tiny
+
+    init = tmp_path / "init"
+    tiny.main(["--out", str(init), "--minutes", "0.02", "--examples", "40", "--eval-tasks", "1", "--eval-every", "100",
+               "--threads", "1", "--hidden", "32", "--layers", "1"])  # fmt: skip
+    monkeypatch.setattr(tiny, "build_tiny_tokenizer", lambda *a, **k: pytest.fail("retrained the tokenizer"))
+    monkeypatch.setattr(tiny, "experience_navigator", lambda pool_dir, top_k: _navigator(top_k))
+    out = tmp_path / "navigate"
+    tiny.main(["--init-from", str(init), "--out", str(out), "--minutes", "0.02", "--examples", "40",
+               "--experience-rate", "1", "--experience-pool", "unused", "--eval-split", "validation",
+               "--eval-tasks", "1", "--eval-every", "100", "--keep", "last", "--threads", "1"])  # fmt: skip
+    summary = json.loads((out / "warm_start_summary.json").read_text())
+    assert summary["experience_rate"] == 1 and summary["experience_top_k"] == 3
+    history = json.loads((out / "warm_start_history.jsonl").read_text().splitlines()[-1])
+    assert history["eval_split"] == "validation" and "guided_success" in history
+    assert AutoTokenizer.from_pretrained(out).get_vocab() == AutoTokenizer.from_pretrained(init).get_vocab()

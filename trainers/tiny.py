@@ -18,6 +18,20 @@ then continue that checkpoint with recovery examples (a masked mistake, the erro
     python -m trainers.tiny --init-from /tmp/tiny-stage1 --out checkpoints/tiny-policy --minutes 24 --lr 1e-3 \
         --eval-every 3 --l3-fraction 1
 
+Teach it to read experience blocks (``docs/self-navigating.md``, "Teaching the tiny policy to read
+experiences"): that share of the supervised chats gets the block the ``Navigator`` retrieves for
+its task from a pool the rules extractor built from *training-task* rollouts, appended to the
+system message by ``inject_experience`` exactly as at rollout time (the loss stays on assistant
+turns); a separate checkpoint, never ``checkpoints/tiny-policy``; the control is the same run with
+``--experience-rate 0``. Evaluation during training is on a validation split carved from the
+training split (``--eval-split validation``), unguided and guided::
+
+    python examples/navigate_inference.py --pool-only --pool-dir runs/navigate_inference/pool-train180
+    python -m trainers.tiny --init-from checkpoints/tiny-policy --out checkpoints/tiny-policy-navigate \
+        --experience-rate 0.5 --experience-pool runs/navigate_inference/pool-train180 --experience-top-k 3 \
+        --minutes 20 --lr 5e-4 --examples 8000 --threads 1 --eval-split validation --eval-tasks 30 \
+        --eval-every 100 --keep last
+
 Quick look (a few minutes, worse model)::
 
     python -m trainers.tiny --out /tmp/tiny --minutes 3 --eval-tasks 30
@@ -34,6 +48,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from env_tools.sandbox import SandboxEnvironment, generate_tasks
@@ -51,6 +66,7 @@ __all__ = [
 ]
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-policy"
+VALIDATION_START = 200_000  # training-split task indices from here on: validation (never supervised)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +115,58 @@ def _assistant_call(call_id: str, name: str, arguments: Any, **extra: Any) -> di
         "tool_calls": [{"id": call_id, "type": "function", "function": fn}],
         **extra,
     }
+
+
+def with_experience(messages: list[dict[str, Any]], block: Any) -> list[dict[str, Any]]:
+    """``messages`` (OpenAI dicts) with ``block`` injected by ``inject_experience``, as at rollout time.
+
+    The system message (or a new first one) goes through the same function the agent graph calls,
+    so the supervised chats hold the block's exact text and separator.
+    """
+    from langchain_core.messages import SystemMessage
+
+    from langgraph_evolver.experience import inject_experience
+
+    if block is None or not block.text:
+        return list(messages)
+    if messages and messages[0]["role"] == "system":
+        injected = inject_experience([SystemMessage(messages[0]["content"])], block)[0]
+        return [{**messages[0], "content": injected.content}, *messages[1:]]
+    return [{"role": "system", "content": inject_experience([], block)[0].content}, *messages]
+
+
+def experience_navigator(pool_dir: str | Path, top_k: int):
+    """The ``Navigator`` over the pool saved in ``pool_dir`` (MiniLM embeddings, as in rollouts)."""
+    from langgraph_evolver.experience import FaissExperiencePool, Navigator, default_embeddings
+
+    return Navigator(FaissExperiencePool.load(pool_dir, default_embeddings()), top_k=top_k)
+
+
+def guided_conversation(
+    task: Task, navigator: Any, *, rng: random.Random | None = None, mistake_rate: float = 0.0, max_tokens: int = 0,
+    tokenizer: Any = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:  # fmt: skip
+    """``reference_conversation`` with the block the navigator retrieves for ``task`` in its system message.
+
+    With ``max_tokens`` (and ``tokenizer``), experiences are dropped from the end of the block until
+    the rendered chat fits (the block's top-1 is kept; a chat that still does not fit has no block).
+    Returns the messages, the tools and the block used (``None``: nothing retrieved or nothing fits).
+    """
+    from dataclasses import replace
+
+    from langgraph_evolver.experience import format_block
+
+    messages, tools = reference_conversation(task, rng=rng, mistake_rate=mistake_rate)
+    block = navigator.block_for(task, SimpleNamespace(messages=messages[:2]))
+    while block is not None:
+        guided = with_experience(messages, block)
+        if not max_tokens or len(tokenizer(_render(guided, tools), add_special_tokens=False).input_ids) <= max_tokens:
+            return guided, tools, block
+        if len(block.ids) <= 1:
+            break
+        kept = [navigator.pool.get(i) for i in block.ids[:-1]]
+        block = replace(block, ids=block.ids[:-1], scores=block.scores[:-1], text=format_block(kept))
+    return messages, tools, None
 
 
 _ID_VALUE = re.compile(r"^([A-Za-z]+)(\d+)$")
@@ -233,10 +301,11 @@ def build_tiny_tokenizer(n_texts: int = 3000, vocab_size: int = 700):
 
 
 def rollout_in_process(
-    model, tokenizer, task: Task, *, temperature: float = 1.0, max_turns: int = 10
+    model, tokenizer, task: Task, *, temperature: float = 1.0, max_turns: int = 10, navigator: Any = None
 ) -> dict[str, Any]:
     """Run ``task`` with ``model`` directly (no server), by the agent graph's rules: an unparseable
     call gets the same feedback turn and the episode goes on. Used to pick the warm-start checkpoint.
+    With ``navigator``, the rollout is guided: the retrieved block is in the system message.
     """
     import torch
 
@@ -245,6 +314,8 @@ def rollout_in_process(
     env = SandboxEnvironment()
     obs = env.reset(task)
     messages, attempts, well_formed = list(obs.messages), 0, 0
+    if navigator is not None:
+        messages = with_experience(messages, navigator.block_for(task, obs))
     limit = model.config.max_position_embeddings - 96
     for _ in range(max_turns):
         prompt = tokenizer.apply_chat_template(messages, tools=obs.tools, add_generation_prompt=True, tokenize=False)
@@ -284,8 +355,10 @@ def rollout_in_process(
     return {"score": env.evaluate(), "calls": attempts, "parsed": well_formed, "level": task.metadata["level"]}
 
 
-def evaluate_in_process(model, tokenizer, tasks: list[Task], *, temperature: float) -> dict[str, float]:
-    results = [rollout_in_process(model, tokenizer, t, temperature=temperature) for t in tasks]
+def evaluate_in_process(
+    model, tokenizer, tasks: list[Task], *, temperature: float, navigator: Any = None
+) -> dict[str, float]:
+    results = [rollout_in_process(model, tokenizer, t, temperature=temperature, navigator=navigator) for t in tasks]
     out: dict[str, float] = {}
     for level in (1, 2, 3):
         rs = [r for r in results if r["level"] == level]
@@ -345,16 +418,38 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0
     ]
     mistakes = random.Random(1)
-    examples = [
-        encode_example(tokenizer, *reference_conversation(t, rng=mistakes, mistake_rate=args.mistake_rate))
-        for t in tqdm(tasks, desc="encoding", mininterval=2)
-    ]
+    navigator = experience_navigator(args.experience_pool, args.experience_top_k) if args.experience_pool else None
+    if args.experience_rate > 0 and navigator is None:
+        raise SystemExit("--experience-rate needs --experience-pool (a pool built from training-task rollouts)")
+    guide = random.Random(2)  # drawn for every chat, so the control (rate 0) sees the same chats and mistakes
+    examples, blocks = [], []
+    for t in tqdm(tasks, desc="encoding", mininterval=2):
+        if guide.random() < args.experience_rate:
+            messages, tools, block = guided_conversation(
+                t, navigator, rng=mistakes, mistake_rate=args.mistake_rate,
+                max_tokens=model.config.max_position_embeddings, tokenizer=tokenizer,
+            )  # fmt: skip
+            blocks.append(len(block.ids) if block else 0)
+        else:
+            messages, tools = reference_conversation(t, rng=mistakes, mistake_rate=args.mistake_rate)
+        examples.append(encode_example(tokenizer, messages, tools))
     lengths = sorted(len(x) for x, _ in examples)
     print(
         f"tokenizer {len(tokenizer)} tokens; model {n_params / 1e6:.2f}M params; "
         f"{len(examples)} examples, length median {lengths[len(lengths) // 2]} max {lengths[-1]}"
     )
-    eval_tasks = generate_tasks("test", args.eval_tasks)
+    if blocks:
+        print(
+            f"experience blocks in {sum(b > 0 for b in blocks)} chats (top-{args.experience_top_k}; "
+            f"{sum(0 < b < args.experience_top_k for b in blocks)} trimmed to fit "
+            f"{model.config.max_position_embeddings} tokens, {blocks.count(0)} without a block)"
+        )
+    if args.eval_split == "validation" and args.examples > VALIDATION_START:
+        raise SystemExit(f"--examples {args.examples} would reach the validation tasks (from {VALIDATION_START})")
+    if args.eval_split == "validation":  # training-split tasks outside the supervised stream and the pool
+        eval_tasks = generate_tasks("train", args.eval_tasks, start=VALIDATION_START)
+    else:
+        eval_tasks = generate_tasks("test", args.eval_tasks)
     rng = random.Random(0)
     batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, rng)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -382,14 +477,18 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
             next_eval += args.eval_every * 60
             model.eval()
             figures = evaluate_in_process(model, tokenizer, eval_tasks, temperature=1.0)
+            if navigator is not None:  # the same tasks guided by the pool's block
+                guided = evaluate_in_process(model, tokenizer, eval_tasks, temperature=1.0, navigator=navigator)
+                figures.update({f"guided_{k}": v for k, v in guided.items()})
             figures.update(step=step, minutes=round(elapsed / 60, 1), loss=round(loss.item(), 4))
+            figures["eval_split"] = args.eval_split
             history.append(figures)
             tqdm.write(json.dumps(figures))
             with (out / "warm_start_history.jsonl").open("a") as f:
                 f.write(json.dumps(figures) + "\n")
             easy = (figures.get("success_l1", 0) + figures.get("success_l2", 0)) / 2
             key = selection_key(figures, args.max_easy_success)
-            if best is None or key >= best[0]:
+            if args.keep == "last" or best is None or key >= best[0]:
                 best = (key, step)
                 model.save_pretrained(out, safe_serialization=True)
                 tokenizer.save_pretrained(out)
@@ -405,6 +504,9 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         "wall_min": round((time.perf_counter() - t0) / 60, 1),
         "chosen_step": best[1] if best else None,
         "chosen": next((h for h in history if best and h["step"] == best[1]), None),
+        "experience_rate": args.experience_rate,
+        "experience_top_k": args.experience_top_k if navigator else None,
+        "experience_pool": args.experience_pool,
         "command": "python -m trainers.tiny " + " ".join(sys.argv[1:]),
     }
     (out / "warm_start_summary.json").write_text(json.dumps(summary, indent=2))
@@ -469,6 +571,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-above-band", action="store_true", help="stop once easy success exceeds the band")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--init-from", help="continue training this checkpoint instead of starting from scratch")
+    p.add_argument("--experience-rate", type=float, default=0.0,
+                   help="share of chats with the retrieved experience block in their system message")  # fmt: skip
+    p.add_argument("--experience-pool", help="pool directory (rules extractor on training-task rollouts only)")
+    p.add_argument("--experience-top-k", type=int, default=3, help="experiences per block (trimmed to fit)")
+    p.add_argument("--eval-split", choices=["test", "validation"], default="test",
+                   help="evaluate on the held-out split or on training-split tasks from 200000 on")  # fmt: skip
+    p.add_argument("--keep", choices=["best", "last"], default="best",
+                   help="save the checkpoint selection_key prefers, or the last one evaluated")  # fmt: skip
     return p
 
 
