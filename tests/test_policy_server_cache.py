@@ -236,3 +236,29 @@ def test_metrics_report_the_prefill_tokens_saved(served) -> None:
     assert saved > 0 and saved == end["prefix_cache_hits_total"] - start["prefix_cache_hits_total"]
     assert end["prefill_tokens_total"] - end["prefill_computed_tokens_total"] == end["prefill_saved_tokens_total"]
     assert 0 < end["prefix_cache_hit_rate"] <= 1
+
+
+def _joined_run(engine: PolicyEngine, prompts: list[list[int]]) -> list:
+    """Half the prompts decode a few steps, then the rest join the batch; every row to the end."""
+    greedy = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    first = [engine.new_row(p, greedy) for p in prompts[::2]]
+    later = [engine.new_row(p, greedy) for p in prompts[1::2]]
+    model = engine.served_model_name
+    with torch.inference_mode():
+        batch, _ = engine.prefill(first, model)
+        for _ in range(3):
+            batch, _ = engine.decode(batch)
+        new, _ = engine.prefill(later, model)
+        batch = engine.join(batch, new)
+        while batch is not None:
+            batch, _ = engine.decode(batch)
+    return first + later
+
+
+def test_kv_growing_in_place_matches_concatenation(dirs: dict[str, Path]) -> None:
+    concat = PolicyEngine(dirs["base"], kv_spare_columns=0)
+    grown = PolicyEngine(dirs["base"], kv_spare_columns=2)  # reallocates every other step
+    prompts = _conversation(concat, 4)
+    for want, got in zip(_joined_run(concat, prompts), _joined_run(grown, prompts), strict=True):
+        assert got.token_ids == want.token_ids
+        assert_close(got.logprobs, want.logprobs, ROUNDING)

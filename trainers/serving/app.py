@@ -119,6 +119,7 @@ def create_app(
     prefix_caching: bool = True,
     prefix_cache_block_size: int = 16,
     prefix_cache_max_tokens: int = 65536,
+    kv_spare_columns: int = 64,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
@@ -133,7 +134,13 @@ def create_app(
     cache = (
         PrefixCache(block_size=prefix_cache_block_size, max_tokens=prefix_cache_max_tokens) if prefix_caching else None
     )
-    engine = PolicyEngine(model_path, served_model_name=served_model_name, seed=seed, prefix_cache=cache)
+    engine = PolicyEngine(
+        model_path,
+        served_model_name=served_model_name,
+        seed=seed,
+        prefix_cache=cache,
+        kv_spare_columns=kv_spare_columns,
+    )
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
     token_text = TokenText(engine.tokenizer)
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-__all__ = ["PrefillStats", "PrefixCache", "PrefixCacheStats", "row_kv", "stack_prefixes"]
+__all__ = ["KvSlicer", "PrefillStats", "PrefixCache", "PrefixCacheStats"]
 
 KvSlicer = Callable[[int, int], list[tuple[torch.Tensor, torch.Tensor]]]
 """``(start, stop) -> [(keys, values) per layer]`` for tokens ``start:stop`` of one sequence."""
@@ -166,34 +165,3 @@ class PrefixCache:
         while len(self._blocks) > self.max_blocks:
             self._blocks.popitem(last=False)
             self.stats.evicted_blocks += 1
-
-
-def stack_prefixes(chains: list[list[_Block]], width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer, each row's cached blocks concatenated and right-aligned in ``width`` columns (zeros before)."""
-    template = next(block for chain in chains for block in chain).kv
-    stacked = []
-    for layer, (k0, v0) in enumerate(template):
-        keys = k0.new_zeros((len(chains), k0.shape[0], width, k0.shape[-1]))
-        values = v0.new_zeros((len(chains), v0.shape[0], width, v0.shape[-1]))
-        for i, chain in enumerate(chains):
-            if chain:
-                k = torch.cat([b.kv[layer][0] for b in chain], dim=-2)
-                keys[i, :, width - k.shape[-2] :] = k
-                values[i, :, width - k.shape[-2] :] = torch.cat([b.kv[layer][1] for b in chain], dim=-2)
-        stacked.append((keys, values))
-    return stacked
-
-
-def row_kv(cache: Any, mask: torch.Tensor, row: int) -> KvSlicer:
-    """``kv_of`` for ``PrefixCache.insert``: the real tokens of batch row ``row`` (padding skipped).
-
-    ``cache`` is a transformers ``DynamicCache`` (``layers[i].keys``: ``[rows, kv_heads, columns,
-    head_dim]``) and ``mask`` its ``[rows, columns]`` padding mask.
-    """
-    columns = mask[row].nonzero()[:, 0]
-
-    def kv_of(start: int, stop: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        cols = columns[start:stop]
-        return [(layer.keys[row][:, cols], layer.values[row][:, cols]) for layer in cache.layers]
-
-    return kv_of

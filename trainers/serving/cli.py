@@ -37,6 +37,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="keep the KV of prompt prefixes across requests (exact token prefixes, dropped on an adapter or "
         "weight change); --no-enable-prefix-caching turns it off",
     )
+    p.add_argument(
+        "--kv-spare-columns",
+        type=int,
+        default=64,
+        help="decode steps a batch's KV cache grows in place before one copy to a bigger buffer (0: concatenate "
+        "at every step, as transformers does)",
+    )
     p.add_argument("--prefix-cache-block-size", type=int, default=16, help="tokens per cached block")
     p.add_argument(
         "--prefix-cache-max-tokens", type=int, default=65536, help="cached tokens at most, least recently used evicted"
@@ -61,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         prefix_caching=args.enable_prefix_caching,
         prefix_cache_block_size=args.prefix_cache_block_size,
         prefix_cache_max_tokens=args.prefix_cache_max_tokens,
+        kv_spare_columns=args.kv_spare_columns,
     )
     engine: PolicyEngine = app.state.engine
     logger.info(

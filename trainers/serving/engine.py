@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 import torch
 
-from .cache import PrefillStats, PrefixCache, row_kv, stack_prefixes
+from .cache import PrefillStats, PrefixCache
 from .errors import GenerationError, UnknownModelError
+from .kv import new_batch_cache, row_kv, stack_prefixes
 from .sampling import Completion, SamplingParams, sample
 from .weights import delete_adapter, directory_stamp, load_adapter, load_base_weights
 
@@ -80,6 +81,8 @@ class PolicyEngine:
         seed: seeds the generator of rows that do not bring their own seed.
         prefix_cache: keep the KV of prompt prefixes across requests (``cache.PrefixCache``); None
             turns it off. Prompts prefilled together are always run once per distinct prompt.
+        kv_spare_columns: decode steps a batch's KV cache grows in place before it is copied to a
+            bigger buffer (``kv.GrowableLayer``); 0 concatenates at every step, as transformers does.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class PolicyEngine:
         served_model_name: str | None = None,
         seed: int = 0,
         prefix_cache: PrefixCache | None = None,
+        kv_spare_columns: int = 64,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -115,12 +119,12 @@ class PolicyEngine:
         self.created = int(time.time())
         self._generator = torch.Generator().manual_seed(seed)
         self._active: str | None = None
-        self._cache_cls = DynamicCache
         # Joining rows into a running batch edits the cache tensors; only plain layers allow it.
         probe = DynamicCache(config=self.model.config)
         self.can_join = all(type(layer) is DynamicLayer for layer in probe.layers)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.prefix_cache = prefix_cache if self.can_join else None
+        self.kv_spare_columns = kv_spare_columns
         self.prefill_stats = PrefillStats()
 
     # -- models and adapters ---------------------------------------------------------------
@@ -237,7 +241,7 @@ class PolicyEngine:
             mask[i, past - start : past] = 1
             mask[i, past + width - len(suffix) :] = 1
             positions[i, width - len(suffix) :] = torch.arange(start, start + len(suffix))
-        cache = self._cache_cls(config=self.model.config)
+        cache = new_batch_cache(self.model.config, self.kv_spare_columns if self.can_join else 0)
         if past:
             for layer, (keys, values) in enumerate(stack_prefixes(chains, past)):
                 cache.update(keys, values, layer)

@@ -43,6 +43,10 @@ class SchedulerStats:
     max_running_rows: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prefill_s: float = 0.0
+    """Seconds the worker spent in prefills (admissions and joins)."""
+    decode_s: float = 0.0
+    """Seconds the worker spent in decode steps."""
 
 
 @dataclass(slots=True, eq=False)
@@ -165,6 +169,7 @@ class BatchScheduler:
                     if batch is None:
                         run = _RunLog(start=time.perf_counter())
                         self.stats.batches += 1
+                    started = time.perf_counter()
                     try:
                         with torch.inference_mode():
                             new, finished = self._prefill(admitted)
@@ -176,6 +181,8 @@ class BatchScheduler:
                     run.rows += sum(len(r.rows) for r in admitted)
                 elif batch is None:  # every queued request was cancelled before it started
                     continue
+                else:
+                    started = time.perf_counter()
                 try:
                     with torch.inference_mode():
                         if admitted:
@@ -191,6 +198,10 @@ class BatchScheduler:
                     self._fail_all(batch, e)
                     batch = None
                     continue
+                if admitted:
+                    self.stats.prefill_s += time.perf_counter() - started
+                else:
+                    self.stats.decode_s += time.perf_counter() - started
                 self.stats.max_running_rows = max(self.stats.max_running_rows, len(batch.rows) if batch else 0)
                 run.tokens += self._finish(finished)
                 if batch is None:
@@ -296,6 +307,9 @@ def prometheus_metrics(engine: PolicyEngine, scheduler: BatchScheduler) -> str:
         "prompt_tokens_total": ("counter", scheduler.stats.prompt_tokens),
         "generation_tokens_total": ("counter", scheduler.stats.completion_tokens),
         "decode_steps_total": ("counter", scheduler.stats.decode_steps),
+        "prefills_total": ("counter", scheduler.stats.prefills),
+        "prefill_seconds_total": ("counter", round(scheduler.stats.prefill_s, 6)),
+        "decode_seconds_total": ("counter", round(scheduler.stats.decode_s, 6)),
         "prefill_tokens_total": ("counter", prefill.prompt_tokens),
         "prefill_computed_tokens_total": ("counter", prefill.computed_tokens),
         "prefill_saved_tokens_total": ("counter", prefill.saved_tokens),

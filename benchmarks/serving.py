@@ -1,0 +1,206 @@
+"""The demo's rollouts against the CPU policy server: before vs after prefix caching, side by side.
+
+Runs the workload of ``make demo`` (``examples/quickstart.yaml``): our reference agent on sandbox
+training tasks, ``k`` rollouts per task (8), temperature 1, up to 128 completion tokens per call
+and 10 turns, 64 rollouts at a time, against the tiny policy served with 2 torch threads. Each
+variant is its own server process, started fresh, warmed up with one request, then given the
+same tasks; the variants take turns for ``--rounds`` rounds so that load from other processes on
+the machine hits them alike. Variants:
+
+- ``baseline``: the server as it was before these changes (``--baseline-ref``, default the
+  commit before them), exported with ``git archive`` and run from a temporary directory;
+- ``no_cache``: today's server with ``--no-enable-prefix-caching --kv-spare-columns 0``: only
+  the first lever, each distinct prompt of a prefill is run once;
+- ``cache_only``: plus the prefix cache (``--kv-spare-columns 0``);
+- ``new``: today's server as it starts by default: plus the batch KV cache growing in place.
+
+Sampling is random, so each variant's rollouts differ; the prompt and completion token counts are
+reported per variant to show the workloads match. Ends with one JSON line: per variant
+``rollouts_per_s`` and ``generated_tokens_per_s`` (completion tokens of all calls / wall time),
+from the server's ``/metrics`` the seconds it spent in prefills and decode steps,
+``prefill_tokens_saved`` (prompt tokens not run through the model), ``prefix_cache_hit_rate``;
+and the ratios ``new_vs_baseline_*``.
+
+Commands::
+
+    python -m benchmarks.serving                        # 8 tasks x 8 rollouts, 2 rounds (~5 min on 2 cores)
+    python -m benchmarks.serving --tasks 4 --rounds 1   # quick look
+    python -m benchmarks.serving --variants no_cache,new     # no git needed
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BASELINE_REF = "6b1dd1f"
+"""The last commit before the serving subpackage and its prefix cache."""
+VARIANTS: dict[str, list[str]] = {
+    "baseline": [],
+    "no_cache": ["--no-enable-prefix-caching", "--kv-spare-columns", "0"],
+    "cache_only": ["--kv-spare-columns", "0"],
+    "new": [],
+}
+"""Each variant's extra server flags (``baseline`` runs the old code with no extra flag)."""
+
+
+def _export(ref: str, out: Path) -> Path:
+    """The packages of commit ``ref`` unpacked under ``out`` (for its ``python -m trainers.policy_server``)."""
+    archive = out / "src.tar"
+    with archive.open("wb") as f:
+        subprocess.run(["git", "archive", ref, "trainers", "langgraph_evolver"], cwd=ROOT, stdout=f, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(out / "src", filter="data")
+    return out / "src"
+
+
+class _Server:
+    """One variant's server process on a free port (``python -m trainers.policy_server``)."""
+
+    def __init__(self, variant: str, model: Path, threads: int, baseline_src: Path | None, log: Path) -> None:
+        from trainers.serving import free_port
+
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "trainers.policy_server", "--model", str(model), "--port", str(self.port),
+               "--served-model-name", "policy", "--max-batch-size", "64", "--threads", str(threads)]  # fmt: skip
+        cmd += VARIANTS[variant]
+        cwd = baseline_src if variant == "baseline" else ROOT
+        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the {variant} server exited; see {log}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"the {variant} server did not start; see {log}")
+
+    def metrics(self) -> dict[str, float]:
+        r = httpx.get(self.url + "/metrics", timeout=10)
+        if r.status_code != 200:
+            return {}
+        pairs = (line.split() for line in r.text.splitlines() if line and not line.startswith("#"))
+        return {name.removeprefix("policy_server_"): float(value) for name, value in pairs}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def _run_variant(variant: str, tasks: list, args: argparse.Namespace, baseline_src: Path | None, out: Path) -> dict:
+    from trainers.evaluate import evaluate_endpoint
+
+    server = _Server(variant, args.model, args.threads, baseline_src, out / f"{variant}.log")
+    try:
+        warmup = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        httpx.post(server.url + "/v1/chat/completions", json=warmup, timeout=120).raise_for_status()
+        t0 = time.perf_counter()
+        trajectories = asyncio.run(
+            evaluate_endpoint(tasks, base_url=server.url + "/v1", model="policy", k=args.k, temperature=1.0,
+                              max_tokens=128, max_turns=10, concurrency=64, progress=False)
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        metrics = server.metrics()
+    finally:
+        server.stop()
+    transitions = [s.transition for t in trajectories for s in t.steps if s.transition is not None]
+    return {
+        "wall_s": wall,
+        "rollouts": len(trajectories),
+        "calls": len(transitions),
+        "prompt_tokens": sum(len(t.prompt_ids) for t in transitions),
+        "completion_tokens": sum(len(t.completion_ids) for t in transitions),
+        "reward": sum(t.reward or 0.0 for t in trajectories) / max(len(trajectories), 1),
+        "metrics": metrics,
+    }
+
+
+def _summary(runs: list[dict]) -> dict[str, float]:
+    wall = sum(r["wall_s"] for r in runs)
+    out = {
+        "rollouts_per_s": sum(r["rollouts"] for r in runs) / wall,
+        "generated_tokens_per_s": sum(r["completion_tokens"] for r in runs) / wall,
+        "calls": sum(r["calls"] for r in runs),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in runs),
+        "completion_tokens": sum(r["completion_tokens"] for r in runs),
+        "mean_reward": sum(r["reward"] for r in runs) / len(runs),
+        "wall_s": wall,
+    }
+    metrics = [r["metrics"] for r in runs if r["metrics"].get("prefill_tokens_total")]
+    if metrics:
+        out["server_prefill_s"] = sum(m["prefill_seconds_total"] for m in metrics)
+        out["server_decode_s"] = sum(m["decode_seconds_total"] for m in metrics)
+        out["prefills"] = sum(m["prefills_total"] for m in metrics)
+        out["decode_steps"] = sum(m["decode_steps_total"] for m in metrics)
+        prefill = sum(m["prefill_tokens_total"] for m in metrics)
+        out["prefill_tokens"] = prefill
+        out["prefill_tokens_saved"] = sum(m["prefill_saved_tokens_total"] for m in metrics)
+        out["prefill_saved_fraction"] = out["prefill_tokens_saved"] / prefill
+        queried = sum(m.get("prefix_cache_queries_total", 0) for m in metrics)
+        if queried:
+            out["prefix_cache_hit_rate"] = sum(m["prefix_cache_hits_total"] for m in metrics) / queried
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=ROOT / "checkpoints" / "tiny-policy")
+    p.add_argument("--tasks", type=int, default=8, help="training tasks per round (the demo: 8 per step)")
+    p.add_argument("--k", type=int, default=8, help="rollouts per task (the demo's num_generations)")
+    p.add_argument("--rounds", type=int, default=2, help="times each variant runs, taking turns")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the server (the demo's)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {list(VARIANTS)}")
+    p.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit of the baseline server")
+    args = p.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    if unknown := set(variants) - set(VARIANTS):
+        p.error(f"unknown variants {sorted(unknown)}; pick from {list(VARIANTS)}")
+
+    from env_tools.sandbox import generate_tasks
+
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="bench_serving_") as tmp:
+        out = Path(tmp)
+        baseline_src = _export(args.baseline_ref, out) if "baseline" in variants else None
+        for round_ in range(args.rounds):
+            tasks = generate_tasks("train", args.tasks, start=round_ * args.tasks)
+            for variant in variants if round_ % 2 == 0 else variants[::-1]:
+                result = _run_variant(variant, tasks, args, baseline_src, out)
+                runs[variant].append(result)
+                shown = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items() if k != "metrics"}
+                print(f"round {round_} {variant}: {shown}", file=sys.stderr)
+    figures: dict[str, Any] = {"tasks_per_round": args.tasks, "k": args.k, "rounds": args.rounds}
+    for variant in variants:
+        figures[variant] = _summary(runs[variant])
+    reference = "baseline" if "baseline" in variants else variants[0]
+    for variant in variants:
+        if variant != reference:
+            for key in ("rollouts_per_s", "generated_tokens_per_s"):
+                ratio = figures[variant][key] / figures[reference][key]
+                figures[f"{variant}_vs_{reference}_{key}"] = round(ratio, 2)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
