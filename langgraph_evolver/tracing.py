@@ -40,7 +40,8 @@ import os
 import threading
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, time
 from pathlib import Path, PurePath
 from typing import IO, Any, TypeVar
@@ -48,16 +49,20 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from langgraph_evolver.types import read_jsonl
+from langgraph_evolver.types import ToolCall, ToolObservation, read_jsonl
 
 __all__ = [
     "JsonlTracer",
+    "TraceLimits",
+    "bound_payload",
     "build_run_tree",
+    "compact_llm_outputs",
     "langsmith_callbacks",
     "langsmith_enabled",
     "read_runs",
     "to_jsonable",
     "trace_metadata",
+    "trace_tool_calls",
 ]
 
 logger = logging.getLogger(__name__)
@@ -168,6 +173,127 @@ def _never_raise(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+# --------------------------------------------------------------------------- bounded payloads
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TraceLimits:
+    """How much of a run's inputs and outputs a trace keeps.
+
+    A LangGraph node's run stores the whole graph state, so a trace of a long-horizon episode grows
+    with the square of its length; node runs (chain runs below the root) keep the first
+    ``head_items`` and last ``tail_items`` entries of every list longer than their sum (a marker says
+    how many were left out). Every string is cut to ``max_string_chars``. The root run (the
+    episode's input and final state) and LLM runs (the exact prompt) keep every list entry.
+    ``TraceLimits.unbounded()`` keeps everything, as stored before these limits existed.
+    """
+
+    head_items: int = 2
+    """List entries kept from the start in node runs (the system prompt and the task)."""
+    tail_items: int = 6
+    """List entries kept from the end in node runs (the latest turns)."""
+    max_string_chars: int = 20_000
+    """Longest string stored in any run (0: no limit)."""
+    compact_logprobs: bool = True
+    """Store each LLM call's logprobs once (:func:`compact_llm_outputs`)."""
+
+    @classmethod
+    def unbounded(cls) -> TraceLimits:
+        return cls(head_items=0, tail_items=0, max_string_chars=0, compact_logprobs=False)
+
+    @property
+    def bounded_lists(self) -> bool:
+        return self.head_items > 0 or self.tail_items > 0
+
+
+_OMITTED_KEY = "__omitted__"
+"""The marker a bounded list carries in place of the entries left out: ``{"__omitted__": n}``."""
+
+
+def bound_payload(value: Any, limits: TraceLimits, *, lists: bool = True, _depth: int = 0) -> Any:
+    """``value`` (plain JSON) with long lists shortened (``lists=True``) and long strings cut; a new object."""
+    if isinstance(value, str):
+        cap = limits.max_string_chars
+        if cap and len(value) > cap:
+            return value[:cap] + f"... [{len(value) - cap} more chars]"
+        return value
+    if _depth >= _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {k: bound_payload(v, limits, lists=lists, _depth=_depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = list(value)
+        head, tail = limits.head_items, limits.tail_items
+        if lists and limits.bounded_lists and len(items) > head + tail + 1:
+            kept = [*items[:head], {_OMITTED_KEY: len(items) - head - tail}, *(items[-tail:] if tail else [])]
+            return [bound_payload(v, limits, lists=lists, _depth=_depth + 1) for v in kept]
+        return [bound_payload(v, limits, lists=lists, _depth=_depth + 1) for v in items]
+    return value
+
+
+def compact_llm_outputs(outputs: Any) -> Any:
+    """An LLM run's outputs with each generation's logprobs stored once.
+
+    ``ChatOpenAI`` puts the sampled logprobs both in ``generation_info`` and in the message's
+    ``response_metadata`` (and each entry carries the token's UTF-8 ``bytes``): the copy in
+    ``generation_info`` is dropped when the message has it, and ``bytes`` (the token text says the
+    same) and empty ``top_logprobs`` go. Returns a new object; anything unexpected is left as is.
+    """
+    if not isinstance(outputs, Mapping) or not isinstance(outputs.get("generations"), list):
+        return outputs
+    out = dict(outputs)
+    out["generations"] = [
+        [_compact_generation(g) for g in batch] if isinstance(batch, list) else batch
+        for batch in outputs["generations"]
+    ]
+    return out
+
+
+def _compact_generation(generation: Any) -> Any:
+    if not isinstance(generation, Mapping):
+        return generation
+    out = dict(generation)
+    message = out.get("message")
+    meta_holder: dict[str, Any] | None = None
+    if isinstance(message, Mapping):
+        message = dict(message)
+        # LangSmith's serializer nests a message's fields under "kwargs"; to_jsonable keeps them at the top.
+        if isinstance(message.get("kwargs"), Mapping):
+            message["kwargs"] = meta_holder = dict(message["kwargs"])
+        else:
+            meta_holder = message
+        out["message"] = message
+    kept_in_message = False
+    if meta_holder is not None and isinstance(meta_holder.get("response_metadata"), Mapping):
+        meta = dict(meta_holder["response_metadata"])
+        if isinstance(meta.get("logprobs"), Mapping):
+            meta["logprobs"] = _compact_logprobs(meta["logprobs"])
+            kept_in_message = True
+        meta_holder["response_metadata"] = meta
+    info = out.get("generation_info")
+    if isinstance(info, Mapping) and "logprobs" in info:
+        info = dict(info)
+        if kept_in_message:
+            del info["logprobs"]
+        elif isinstance(info["logprobs"], Mapping):
+            info["logprobs"] = _compact_logprobs(info["logprobs"])
+        out["generation_info"] = info
+    return out
+
+
+def _compact_logprobs(logprobs: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(logprobs)
+    content = out.get("content")
+    if isinstance(content, list):
+        out["content"] = [
+            {k: v for k, v in e.items() if k != "bytes" and not (k == "top_logprobs" and not v)}
+            if isinstance(e, Mapping)
+            else e
+            for e in content
+        ]
+    return out
+
+
 # --------------------------------------------------------------------------- the tracer
 
 
@@ -184,6 +310,8 @@ class JsonlTracer(BaseCallbackHandler):
         project: Stored as ``session_name`` on every run (LangSmith's project); ``"default"`` if unset.
         metadata: Defaults merged under every run's own metadata (the run's keys win).
         append: Append to an existing file instead of truncating it on first write.
+        limits: How much of each run's inputs/outputs to keep (:class:`TraceLimits`: node runs keep the
+            first and last entries of long lists, strings are capped); LLM runs store their logprobs once.
 
     Example:
         >>> with JsonlTracer("traces.jsonl") as tracer:  # doctest: +SKIP
@@ -202,9 +330,11 @@ class JsonlTracer(BaseCallbackHandler):
         project: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         append: bool = False,
+        limits: TraceLimits | None = None,
     ) -> None:
         super().__init__()
         self.path = Path(path)
+        self.limits = limits if limits is not None else TraceLimits()
         self.project = project or "default"
         self.metadata = dict(metadata or {})
         self._lock = threading.Lock()
@@ -337,7 +467,7 @@ class JsonlTracer(BaseCallbackHandler):
         else:
             run["outputs"] = outputs
             run["events"].append({"name": "end", "time": end_time})
-        self._write(run)
+        self._write(shrink_run(run, self.limits))
 
     def _write(self, run: dict[str, Any]) -> None:
         try:
@@ -532,6 +662,18 @@ class JsonlTracer(BaseCallbackHandler):
         self._add_event(run_id, {"name": str(name), "time": _now().isoformat(), "kwargs": {"data": to_jsonable(data)}})
 
 
+def shrink_run(run: dict[str, Any], limits: TraceLimits) -> dict[str, Any]:
+    """A finished run (plain JSON) as stored: node runs bounded, strings capped, logprobs once."""
+    node = run.get("run_type") == "chain" and run.get("parent_run_id") is not None
+    out = dict(run)
+    for key in ("inputs", "outputs"):
+        value = out.get(key)
+        if key == "outputs" and run.get("run_type") == "llm" and limits.compact_logprobs:
+            value = compact_llm_outputs(value)
+        out[key] = bound_payload(value, limits, lists=node)
+    return out
+
+
 def _wrap(value: Any, key: str) -> dict[str, Any]:
     """Runs store dict inputs/outputs as they are and anything else under one key, as LangSmith does."""
     converted = to_jsonable(value)
@@ -582,27 +724,34 @@ def langsmith_enabled() -> bool:
 
 
 def langsmith_callbacks(
-    *, project: str | None = None, metadata: Mapping[str, Any] | None = None
+    *,
+    project: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limits: TraceLimits | None = None,
+    client: Any = None,
 ) -> list[BaseCallbackHandler]:
-    """LangChain's LangSmith tracer when LangSmith is configured, else ``[]``.
+    """A LangSmith tracer (``RolloutTracer``) when LangSmith is configured, else ``[]``.
 
     Configured means tracing is switched on (``LANGSMITH_TRACING=true`` or ``LANGCHAIN_TRACING_V2=true``)
-    *and* an API key is set (``LANGSMITH_API_KEY`` or ``LANGCHAIN_API_KEY``). The tracer uses the shared
-    LangSmith client, which batches and sends runs from a background thread: an unreachable endpoint
-    costs log warnings, not agent latency. Passing it explicitly also stops LangChain from adding a
-    second, environment-configured tracer.
+    *and* an API key is set (``LANGSMITH_API_KEY`` or ``LANGCHAIN_API_KEY``). The tracer uses
+    ``langsmith_client()``: runs are batched and sent from a daemon thread without retries, so an
+    unreachable or slow endpoint costs log warnings, not agent latency, and at most a bounded flush
+    (2 s) at process exit. Passing it explicitly also stops LangChain from adding a second,
+    environment-configured tracer. Node runs are bounded and logprobs stored once (``limits``).
 
     Args:
         project: LangSmith project for these runs; LangSmith's own default (``LANGSMITH_PROJECT``) if unset.
         metadata: Tracer-level metadata added to runs that do not already carry the key.
+        limits: What the tracer keeps of each run (:class:`TraceLimits`).
+        client: A ``langsmith.Client`` (default: the shared ``langsmith_client()``).
     """
     if not langsmith_enabled():
         return []
     try:
-        from langchain_core.tracers.langchain import LangChainTracer
+        from .langsmith_tracing import RolloutTracer
 
         tracer_metadata = {str(k): v for k, v in metadata.items()} if metadata else None
-        return [LangChainTracer(project_name=project, metadata=tracer_metadata)]
+        return [RolloutTracer(project_name=project, metadata=tracer_metadata, limits=limits, client=client)]
     except Exception:
         logger.warning(
             "LangSmith is configured but its tracer could not be created; tracing to LangSmith is off.", exc_info=True
@@ -618,3 +767,75 @@ def trace_metadata(task_id: str, group_id: str, rollout_index: int, **extra: Any
         {'task_id': 'task-7', 'group_id': 'step3-task-7', 'rollout_index': 2, 'model_version': 'lora-v3'}
     """
     return {"task_id": str(task_id), "group_id": str(group_id), "rollout_index": int(rollout_index), **extra}
+
+
+# --------------------------------------------------------------------------- tool runs
+
+
+@asynccontextmanager
+async def trace_tool_calls(calls: Sequence[ToolCall]) -> AsyncIterator[Callable[[Sequence[ToolObservation]], None]]:
+    """``tool`` runs for calls a node executes itself (e.g. one environment step for a whole turn).
+
+    Inside a LangGraph node, opens one tool run per call under the node's run (in every callback of
+    the node's config: LangSmith, ``JsonlTracer``, the trajectory recorder), so the trace looks like
+    any LangGraph agent's. Call the yielded function with the observations (matched by call id, else
+    by position); calls without one, or all of them when the block raises, end as errors. Tracing
+    failures are logged, never raised.
+
+    Example:
+        >>> async with trace_tool_calls(calls) as record:  # doctest: +SKIP
+        ...     result = await env.astep(Action(tool_calls=tuple(calls)))
+        ...     record(result.observations)
+    """
+    managers: list[Any] = []
+    try:
+        from langchain_core.callbacks.manager import AsyncCallbackManager
+        from langchain_core.runnables.config import ensure_config
+
+        config = ensure_config()
+        manager = AsyncCallbackManager.configure(
+            inheritable_callbacks=config.get("callbacks"),
+            inheritable_tags=config.get("tags"),
+            inheritable_metadata=config.get("metadata"),
+        )
+        if manager.handlers:
+            for call in calls:
+                arguments = call.arguments if isinstance(call.arguments, dict) else {"arguments": call.arguments}
+                managers.append(await manager.on_tool_start(
+                    {"name": call.name, "description": ""}, json.dumps(arguments, ensure_ascii=False, default=str),
+                    inputs=arguments, name=call.name, tool_call_id=call.id))  # fmt: skip
+    except Exception:
+        logger.debug("trace_tool_calls: could not open tool runs", exc_info=True)
+        managers = []
+    outputs: list[ToolObservation | None] = [None] * len(managers)
+
+    def record(observations: Sequence[ToolObservation]) -> None:
+        by_id = {o.call_id: o for o in observations}
+        for i, call in enumerate(calls[: len(managers)]):
+            outputs[i] = by_id.get(call.id) or (observations[i] if i < len(observations) else None)
+
+    error: BaseException | None = None
+    try:
+        yield record
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        if managers:
+            await _end_tool_runs(managers, calls, outputs, error)
+
+
+async def _end_tool_runs(managers: list[Any], calls: Sequence[ToolCall], outputs: list[ToolObservation | None],
+                         error: BaseException | None) -> None:  # fmt: skip
+    from langchain_core.messages import ToolMessage
+
+    for run, call, obs in zip(managers, calls, outputs, strict=False):
+        try:
+            if obs is None:
+                await run.on_tool_error(error or RuntimeError(f"no observation for tool call {call.id!r}"))
+            else:
+                status = "error" if obs.is_error else "success"
+                await run.on_tool_end(ToolMessage(obs.content, tool_call_id=call.id, name=obs.name or call.name,
+                                                  status=status))  # fmt: skip
+        except Exception:
+            logger.debug("trace_tool_calls: could not close a tool run", exc_info=True)

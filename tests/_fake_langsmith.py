@@ -91,7 +91,7 @@ class FakeLangSmith:
         class Handler(_Handler):
             fake = state
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
@@ -135,7 +135,7 @@ class FakeLangSmith:
     def runs_of(self, project: str) -> list[dict[str, Any]]:
         with self.lock:
             sids = {s["id"] for s in self.sessions.values() if s["name"] == project}
-            return [r for r in self.runs.values() if r.get("session_id") in sids]
+            return [self._public(r) for r in self.runs.values() if r.get("session_id") in sids]
 
     def wait_for(self, predicate: Any, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -232,6 +232,11 @@ class FakeLangSmith:
             s["n"] += 1
         out["feedback_stats"] = stats or None
         return out
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:  # clients that hang up mid-request
+        pass
 
 
 class _Handler(BaseHTTPRequestHandler):
