@@ -33,13 +33,13 @@ def write_langsmith_feedback(
 
     Args:
         trajectories: Trajectories with ``labels`` (see ``apply_attribution``).
-        client: A ``langsmith.Client`` (default: a new one from the environment).
+        client: A ``langsmith.Client`` (default: the library's ``langsmith_client()``: no retries, bounded exit).
         key: The feedback key.
     """
     if client is None:
-        from langsmith import Client
+        from ..langsmith_tracing import langsmith_client
 
-        client = Client()
+        client = langsmith_client()
     written = failed = 0
     for trajectory in trajectories:
         labels = {int(x["step"]): x for x in trajectory.labels or ()}
@@ -50,9 +50,8 @@ def write_langsmith_feedback(
             verdict = "GOOD" if str(label.get("label", "")).upper() == "GOOD" else "BAD"
             reason = str(label.get("reason") or "")
             try:
-                client.create_feedback(
-                    step.llm_run_id, key=key, score=float(verdict == "GOOD"), value=verdict, comment=reason
-                )
+                client.create_feedback(step.llm_run_id, key=key, score=float(verdict == "GOOD"), value=verdict,
+                                       comment=reason, stop_after_attempt=2)  # fmt: skip
                 written += 1
             except Exception as e:  # feedback is best effort: count, log once, go on
                 failed += 1
