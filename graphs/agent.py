@@ -53,6 +53,7 @@ from langgraph_evolver.dropin import AgentSpec, EnvironmentTool, as_agent, curre
 from langgraph_evolver.episode import create_episode_graph
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.experience.navigate import inject_experience
+from langgraph_evolver.tracing import trace_tool_calls
 from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
 __all__ = ["AgentState", "create_agent_graph", "environment_input", "find_task", "graph", "reference_agent"]
@@ -93,12 +94,14 @@ async def _run_tools(tools: Sequence[BaseTool], ai: AIMessage, turn: int) -> lis
     rollout = current_rollout()
     by_name = {t.name: t for t in tools}
     if rollout is not None and all(isinstance(t, EnvironmentTool) and t.rollout in (None, rollout) for t in tools):
-        try:  # one environment step for the whole turn: the environment judges every call, malformed included
-            async with rollout.lock:
-                result = await rollout.env.astep(Action(tool_calls=tuple(calls), content=message_text(ai) or None))
-        except Exception as e:
-            raise EnvironmentFailure(f"environment step failed: {type(e).__name__}: {e}") from e
-        observations = list(result.observations)
+        async with trace_tool_calls(calls) as record:  # one `tool` run per call in the trace
+            try:  # one environment step for the whole turn: the environment judges every call, malformed included
+                async with rollout.lock:
+                    result = await rollout.env.astep(Action(tool_calls=tuple(calls), content=message_text(ai) or None))
+            except Exception as e:
+                raise EnvironmentFailure(f"environment step failed: {type(e).__name__}: {e}") from e
+            observations = list(result.observations)
+            record(observations)
     else:
         observations = [await _run_one(by_name, c) for c in calls]
     return [
