@@ -52,6 +52,7 @@ from langgraph_evolver.attribution import (
     summarize_attributions,
     write_langsmith_feedback,
 )
+from langgraph_evolver.langsmith_tracing import annotate_rollouts, with_training_step
 from langgraph_evolver.tracing import langsmith_enabled
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
@@ -327,7 +328,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
                     require_policy=True,
                     concurrency=self.args.rollout_concurrency,
                     env_factory=self.env_factory,
-                    callbacks=self.rollout_callbacks,
+                    callbacks=with_training_step(self.rollout_callbacks, self.state.global_step, model_name),
                     progress="rollouts" if self.accelerator.is_main_process else False,
                 )
             finally:
@@ -363,6 +364,9 @@ class EvolverGRPOTrainer(GRPOTrainer):
                   _outcome(t), label_signs(t) if attributing else None) for t in trajectories]  # fmt: skip
         everything = gather_object(local)
         per_rollout, adv = self._advantages(everything, step)
+        # LangSmith (when traced): step, model version, reward, advantage and finish reason on each rollout's root
+        annotate_rollouts(self.rollout_callbacks, trajectories, per_rollout[offset : offset + len(trajectories)],
+                          step=step)  # fmt: skip
         samples: list[Sample] = []
         unsignalled: list[Trajectory] = []
         trainable = self._navigate(trajectories, step)
