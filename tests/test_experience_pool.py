@@ -56,13 +56,14 @@ def cosine(embeddings: Embeddings, a: str, b: str) -> float:
 def make_pool(kind: str, embeddings: Embeddings | None = None, **kwargs):
     embeddings = embeddings or HashEmbeddings()
     if kind.startswith("faiss"):
-        return FaissExperiencePool(embeddings, vector_dtype="float16" if kind == "faiss-fp16" else "float32", **kwargs)
+        return FaissExperiencePool(embeddings, vector_dtype="float16" if kind == "faiss-fp16" else "float32",
+                                   index="hnsw" if kind == "faiss-hnsw" else "flat", **kwargs)  # fmt: skip
     dims = len(embeddings.embed_query("probe"))
     store = InMemoryStore(index={"dims": dims, "embed": embeddings, "fields": ["when_to_use"]})
     return StoreExperiencePool(store, **kwargs)
 
 
-@pytest.fixture(params=["faiss", "faiss-fp16", "store"])
+@pytest.fixture(params=["faiss", "faiss-fp16", "faiss-hnsw", "store"])
 def kind(request) -> str:
     return request.param
 
@@ -270,6 +271,10 @@ def test_float16_scores_stay_close_to_exact():
             assert hits_half[0][0] == hits_exact[0][0]
     with pytest.raises(ConfigError, match="vector_dtype"):
         FaissExperiencePool(emb, vector_dtype="int8")
+    with pytest.raises(ConfigError, match="index="):
+        FaissExperiencePool(emb, index="ivf")
+    with pytest.raises(ConfigError, match="float32"):
+        FaissExperiencePool(emb, vector_dtype="float16", index="hnsw")
 
 
 def test_add_with_precomputed_vectors():
@@ -285,8 +290,8 @@ def test_add_with_precomputed_vectors():
         pool.add([Experience(when_to_use="x", content="y")], vectors=np.ones((1, 8)))
 
 
-def _populated_pool(emb: Embeddings, vector_dtype: str = "float32") -> FaissExperiencePool:
-    pool = FaissExperiencePool(emb, vector_dtype=vector_dtype)
+def _populated_pool(emb: Embeddings, vector_dtype: str = "float32", index: str = "flat") -> FaissExperiencePool:
+    pool = FaissExperiencePool(emb, vector_dtype=vector_dtype, index=index)
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
     many = [
         Experience(
@@ -317,21 +322,21 @@ def _assert_same_results(a: list, b: list) -> None:
         assert [s for _, s in hits_a] == pytest.approx([s for _, s in hits_b], abs=1e-6)
 
 
-@pytest.mark.parametrize("vector_dtype", ["float32", "float16"])
-def test_save_then_load_gives_identical_pool(tmp_path, vector_dtype):
+@pytest.mark.parametrize(("vector_dtype", "index"), [("float32", "flat"), ("float16", "flat"), ("float32", "hnsw")])
+def test_save_then_load_gives_identical_pool(tmp_path, vector_dtype, index):
     emb = HashEmbeddings()
-    pool = _populated_pool(emb, vector_dtype)
+    pool = _populated_pool(emb, vector_dtype, index)
     pool.save(tmp_path / "pool")
     manifest = json.loads((tmp_path / "pool" / "manifest.json").read_text())
     assert manifest["embedding_model"] == "hash-bow-256" and manifest["dim"] == 256
     assert manifest["version"] == pool.version and manifest["count"] == len(pool)
-    assert manifest["vector_dtype"] == vector_dtype
+    assert manifest["vector_dtype"] == vector_dtype and manifest["index"] == index
     assert sorted(p.name for p in (tmp_path / "pool").iterdir()) == sorted(
         ["manifest.json", *manifest["files"].values()]
     )
 
     loaded = FaissExperiencePool.load(tmp_path / "pool", emb)
-    assert loaded.vector_dtype == vector_dtype
+    assert loaded.vector_dtype == vector_dtype and loaded.index_kind == index
     assert loaded.version == pool.version and len(loaded) == len(pool)
     assert [e.to_dict() for e in loaded.all()] == [e.to_dict() for e in pool.all()]
     _assert_same_results(_results(loaded), _results(pool))
