@@ -69,3 +69,36 @@ def test_level_weights_repeat_tasks_deterministically():
     assert levels.count(1) == 0 and levels.count(2) == by_level[2]
     assert 2 * by_level[3] < levels.count(3) < 3 * by_level[3]
     assert task_dataset(tasks, weights)["task"] == ds["task"]  # same on every rank / run
+
+
+def test_full_sync_config_needs_vllm_only_for_nccl(tmp_path):
+    from langgraph_evolver.errors import ConfigError
+    from trainers.config import EvolverGRPOConfig
+
+    common = {"output_dir": str(tmp_path), "report_to": "none", "per_device_train_batch_size": 2,
+              "num_generations": 2}  # fmt: skip
+    cfg = EvolverGRPOConfig(sync_mode="full", **common)  # disk (the default transport): no vLLM needed
+    assert cfg.full_sync_transport == "disk" and not cfg.use_vllm
+    with pytest.raises(ConfigError, match="full_sync_transport=nccl uses TRL's vLLM weight transfer"):
+        EvolverGRPOConfig(sync_mode="full", full_sync_transport="nccl", **common)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"loss_type": "grpo", "beta": 0.001}, "loss_type=grpo normalizes per sequence"),
+        ({"loss_type": "vespo", "beta": 0.0}, "loss_type=vespo weighs each row"),
+        ({"importance_sampling_level": "sequence"}, "importance_sampling_level=sequence (GSPO)"),
+    ],
+)
+def test_loss_types_that_cannot_be_exact_are_refused(tmp_path, overrides, message):
+    from langgraph_evolver.errors import ConfigError
+    from trainers.config import EvolverGRPOConfig
+
+    common = {"output_dir": str(tmp_path), "report_to": "none", "per_device_train_batch_size": 2,
+              "num_generations": 2}  # fmt: skip
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        EvolverGRPOConfig(**common, **overrides)
+    if "importance_sampling_level" in overrides:  # one row per call: the sequence ratio is the call's
+        EvolverGRPOConfig(**common, **overrides, merge_prefix_transitions=False)
+    EvolverGRPOConfig(**common, loss_type="grpo", beta=0.0)  # exact through per-call weights

@@ -111,3 +111,116 @@ def test_probe_row_checks_the_gap_without_a_gradient(trainer):
     norm, metrics = _grad_norm(trainer, batch)
     assert norm == 0.0
     assert metrics["policy/logp_gap_mean"][-1] == pytest.approx(math.log(1.5), rel=1e-4)
+
+
+def test_batches_carry_what_trls_vllm_path_reads(trainer):
+    """With use_vllm (NCCL full sync) TRL's loss multiplies by inputs["importance_sampling_ratio"]; our batches
+    carry it (a KeyError on the first loss step before)."""
+    batch = _batch(trainer, ratio=1.0, eps_high=0.28)
+    saved = trainer.use_vllm, trainer.vllm_importance_sampling_correction
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    try:
+        norm, _ = _grad_norm(trainer, batch)
+    finally:
+        trainer.use_vllm, trainer.vllm_importance_sampling_correction = saved
+    assert norm > 0.0
+
+
+def _grads(trainer, samples, num_items: float) -> torch.Tensor:
+    from trainers.samples import collate
+
+    batch = collate(samples, trainer._tokenizer.pad_token_id)
+    batch["num_items_in_batch"] = torch.tensor(num_items)
+    trainer.model.zero_grad()
+    trainer._compute_loss(trainer.model, batch).backward()
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_sequence_normalized_losses_are_exact_on_a_merged_row_with_padding(trainer, loss_type):
+    """TRL's grpo / dr_grpo on one row per call without padding is the objective; our merged row (+ padding
+    rows, as rank equalization adds) must give the same gradient."""
+    from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
+    from trainers.samples import padding_sample, sequence_weight, trajectory_samples
+
+    first = Transition(prompt_ids=(5, 6, 7, 8, 9, 10), completion_ids=(11, 12, 13), logprobs=(-0.5,) * 3)
+    second = Transition(prompt_ids=(5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21), completion_ids=(14, 15, 16, 17, 18),
+                        logprobs=(-0.7,) * 5)  # fmt: skip
+    steps = tuple(Step(index=i, action=Action(content="x"), transition=t) for i, t in enumerate((first, second)))
+    rollout = Trajectory(id="g/0/x", task=Task(id="t", env="sandbox", query="q"), steps=steps, reward=1.0)
+    saved = trainer.loss_type, trainer._sequence_weight
+    try:
+        trainer.loss_type, trainer._sequence_weight = loss_type, None  # TRL's own aggregation, one row per call
+        rows = trajectory_samples(rollout, 1.0, merge=False)
+        truth = (_grads(trainer, rows[:1], 1.0) + _grads(trainer, rows[1:], 1.0)) / 2  # mean over the 2 sequences
+
+        merged = trajectory_samples(rollout, 1.0, merge=True)
+        assert len(merged) == 1 and merged[0].transitions == 2
+        padding = [padding_sample(trainer._tokenizer.pad_token_id)] * 2  # e.g. another rank had 3 rows
+        naive = _grads(trainer, [*merged, *padding], 1.0)
+        gap = ((naive - truth).norm() / truth.norm()).item()
+        assert gap > 0.05, "TRL's own aggregation weighs a merged row and its padding differently (the defect)"
+
+        trainer._sequence_weight = sequence_weight(loss_type, trainer.max_completion_length)
+        merged = trajectory_samples(rollout, 1.0, merge=True, sequence_weight=trainer._sequence_weight)
+        ours = _grads(trainer, [*merged, *padding], 2.0)  # normalized by the 2 calls
+        assert ((ours - truth).norm() / truth.norm()).item() < 1e-4
+    finally:
+        trainer.loss_type, trainer._sequence_weight = saved
+        trainer.model.zero_grad()
+
+
+def _plain_batch(trainer, keep_behaviour: bool = False):
+    """One row whose behaviour logprobs are 0.5 below the trainer's (pi_old / pi_behaviour = e^0.5 = 1.65)."""
+    from trainers.samples import Sample, collate
+
+    s = Sample(prompt_ids=[5, 6, 7, 8, 9, 10])
+    s._append([11, 12, 13, 14], trained=True, logps=[0.0] * 4, advantage=1.0, epsilon_high=0.28,
+              keep_behaviour=keep_behaviour)  # fmt: skip
+    batch = collate([s], trainer._tokenizer.pad_token_id)
+    with torch.no_grad():
+        inp = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        current = trainer._get_per_token_logps_and_entropies(trainer.model, inp, att, 4)[0]
+    batch["old_per_token_logps"] = current - 0.5
+    batch["num_items_in_batch"] = torch.tensor(4.0)
+    return batch, current
+
+
+@pytest.mark.parametrize("cap", [2.0, 1.2])
+def test_tis_takes_pi_old_from_the_trainer_and_weights_by_the_truncated_ratio(trainer, cap, caplog):
+    saved = trainer.args.importance_correction, trainer.args.tis_cap, trainer.args.logp_gap_warning
+    trainer.args.importance_correction, trainer.args.tis_cap, trainer.args.logp_gap_warning = "tis", cap, 0.1
+    try:
+        batch, current = _plain_batch(trainer)
+        trainer._behaviour_correction(batch)
+        weight = min(math.exp(0.5), cap)
+        assert torch.allclose(batch["old_per_token_logps"], current)  # the clip now acts on pi / pi_old
+        assert torch.allclose(batch["behaviour_per_token_logps"], current - 0.5)
+        assert batch["importance_sampling_ratio"][0] == pytest.approx([weight] * 4, rel=1e-5)
+        trainer._step, trainer._gap_warned = 0, None
+        with caplog.at_level("WARNING", logger="trainers.grpo_trainer"):
+            tis, metrics = _grad_norm(trainer, batch)
+        # the gap is still measured against the endpoint's logprobs, and it is over the threshold: a loud warning
+        assert metrics["policy/logp_gap_mean"][-1] == pytest.approx(0.5, rel=1e-4)
+        assert "exceeds logp_gap_warning" in caplog.text
+        # the same row with no mismatch (behaviour = trainer) and weight 1: the gradient scales by the weight
+        trainer.args.importance_correction = "none"
+        plain, _ = _plain_batch(trainer)
+        plain["old_per_token_logps"] = current
+        base, _ = _grad_norm(trainer, plain)
+        assert tis == pytest.approx(weight * base, rel=1e-4)
+    finally:
+        trainer.args.importance_correction, trainer.args.tis_cap, trainer.args.logp_gap_warning = saved
+
+
+def test_tis_leaves_stripped_transitions_on_behaviour_as_old(trainer):
+    saved = trainer.args.importance_correction
+    trainer.args.importance_correction = "tis"
+    try:
+        batch, current = _plain_batch(trainer, keep_behaviour=True)
+        trainer._behaviour_correction(batch)
+        assert torch.allclose(batch["old_per_token_logps"], current - 0.5)  # behaviour stays the old policy
+        assert batch["importance_sampling_ratio"][0].tolist() == [1.0] * 4
+    finally:
+        trainer.args.importance_correction = saved

@@ -80,3 +80,24 @@ def test_train_with_attribution(tmp_path, capsys):
     assert saved and all(t.labels is not None and len(t.labels) == len(t.steps) for t in saved)
     html = (out / "attribution_report.html").read_text()
     assert figures["attribution_report"].endswith("attribution_report.html") and "GOOD" in html
+
+
+@pytest.mark.timeout(600)
+def test_full_fine_tuning_publishes_weights_from_disk(tmp_path, capsys):
+    """sync_mode=full on CPU: all weights trained, saved after each step and reloaded by the local policy server
+    (/update_weights_from_disk); the endpoint then serves exactly the trainer's weights."""
+    from trainers.grpo import cli
+
+    out = tmp_path / "full"
+    figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "2", *SMALL,
+                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--max_turns", "3",
+                   "--use_peft", "false", "--sync_mode", "full", "--learning_rate", "1e-4",
+                   "--eval_before", "false", "--eval_after", "false", "--save_strategy", "no"])  # fmt: skip
+    assert figures["steps"] == 2 and figures["final_model"] == "tiny-policy"
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["policy/sync_s"] > 0
+    # step 2 samples from the weights published after step 1 (same name, new version): the trainer agrees
+    assert rows[1]["policy/logp_gap_mean"] < 1e-3, rows[1]
+    assert rows[1]["policy/staleness_mean"] == 0  # every call answered by the version of its step
+    assert [p.name for p in (out / "served_weights").iterdir()] == ["tiny-policy-step2"]  # keep=1
+    assert (out / "final" / "model.safetensors").exists() and not (out / "final" / "adapter_config.json").exists()

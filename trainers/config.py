@@ -268,9 +268,38 @@ class EvolverGRPOConfig(GRPOConfig):
         default="lora",
         metadata={
             "help": "How new weights reach the endpoint after each step: 'lora' (save the adapter, load it under "
-            "a new versioned name via the runtime LoRA API) or 'full' (NCCL into `trl vllm-serve`, GPU "
-            "only).",
+            "a new versioned name via the runtime LoRA API) or 'full' (full fine-tuning, use_peft: false; the "
+            "transport is full_sync_transport).",
             "choices": ["lora", "full"],
+        },  # fmt: skip
+    )
+    importance_correction: str = field(
+        default="none",
+        metadata={
+            "help": "Trainer/inference mismatch correction. 'none': the endpoint's behaviour logprobs are the old "
+            "logprobs (mismatch and staleness are one number). 'tis' (veRL/TRL): the old logprobs come from a "
+            "no-grad trainer forward at generation time, the clip acts on pi/pi_old, and the loss is weighted "
+            "per token by min(pi_old/pi_behaviour, tis_cap); transitions stripped by self-navigating keep the "
+            "behaviour logprobs as old and weight 1. Use 'tis' with vLLM in bf16.",
+            "choices": ["none", "tis"],
+        },  # fmt: skip
+    )
+    tis_cap: float = field(
+        default=2.0, metadata={"help": "The truncation C of the importance weight min(pi_old/pi_behaviour, C)."}
+    )
+    logp_gap_warning: float = field(
+        default=0.1,
+        metadata={"help": "Warn when policy/logp_gap_mean (|trainer - endpoint| logprob per sampled token on fresh "
+                  "rollouts) exceeds this: the endpoint serves other weights or samples differently."},
+    )  # fmt: skip
+    full_sync_transport: str = field(
+        default="disk",
+        metadata={
+            "help": "How sync_mode=full reaches the endpoint: 'disk' (save_pretrained into output_dir/"
+            "served_weights, the endpoint reloads it through /update_weights_from_disk: our policy server, "
+            "SGLang; CPU or GPU, the directory must be readable by the endpoint) or 'nccl' (TRL's vLLM client "
+            "streams the weights into `trl vllm-serve`; GPU, use_vllm: true, vllm_mode: server).",
+            "choices": ["disk", "nccl"],
         },  # fmt: skip
     )
     keep_adapter_versions: int = field(
@@ -342,6 +371,27 @@ class EvolverGRPOConfig(GRPOConfig):
 
         return get_context_template(self.context_template, **(self.context_options or {}))
 
+    def _loss_problems(self) -> list[str]:
+        """Loss types whose aggregation the trainer cannot keep exact with merged and padding rows."""
+        from .samples import SEQUENCE_NORMALIZED_LOSSES
+
+        problems = []
+        if self.loss_type in SEQUENCE_NORMALIZED_LOSSES and self.beta != 0.0:
+            problems.append(
+                f"loss_type={self.loss_type} normalizes per sequence; the trainer keeps that exact with merged and "
+                "padding rows by reweighting the policy term, which the KL term cannot follow: set beta: 0, or "
+                "use loss_type: dapo (token-level, exact as is)."
+            )
+        merged = self.merge_prefix_transitions
+        if self.loss_type == "vespo" and merged:
+            problems.append("loss_type=vespo weighs each row by a sequence-level ratio, which a merged row "
+                            "(several LLM calls) would share: set merge_prefix_transitions: false, or loss_type: "
+                            "dapo.")  # fmt: skip
+        if self.importance_sampling_level == "sequence" and merged:
+            problems.append("importance_sampling_level=sequence (GSPO) takes one ratio per row, which a merged row "
+                            "(several LLM calls) would share: set merge_prefix_transitions: false.")  # fmt: skip
+        return problems
+
     def __post_init__(self) -> None:
         import torch
 
@@ -377,11 +427,23 @@ class EvolverGRPOConfig(GRPOConfig):
             problems.append("rollout_concurrency must be >= 1.")
         if self.malformed_call_penalty < 0:
             problems.append("malformed_call_penalty must be >= 0 (it is subtracted).")
-        if self.sync_mode == "full" and not self.use_vllm:
+        problems += self._loss_problems()
+        if self.importance_correction not in ("none", "tis"):
+            problems.append(f"importance_correction must be 'none' or 'tis', got {self.importance_correction!r}.")
+        if self.tis_cap < 1.0:
+            problems.append(f"tis_cap={self.tis_cap} must be >= 1 (2.0 in veRL; the weight is min(ratio, cap)).")
+        if self.full_sync_transport not in ("disk", "nccl"):
+            problems.append(f"full_sync_transport must be 'disk' or 'nccl', got {self.full_sync_transport!r}.")
+        if self.sync_mode == "full" and self.full_sync_transport == "nccl" and not self.use_vllm:
             problems.append(
-                "sync_mode=full uses TRL's vLLM weight transfer: set use_vllm=true, vllm_mode=server and "
-                "vllm_server_base_url to the `trl vllm-serve` server that also answers the rollouts."
+                "full_sync_transport=nccl uses TRL's vLLM weight transfer: set use_vllm=true, vllm_mode=server and "
+                "vllm_server_base_url to the `trl vllm-serve` server that also answers the rollouts (or use "
+                "full_sync_transport=disk with an endpoint that has /update_weights_from_disk)."
             )
+        if self.use_vllm:
+            # TRL's correction reweights by vLLM logprobs of TRL's own generation; our rollouts come from the
+            # agent's endpoint calls, and their mismatch is corrected by ``behaviour_correction`` instead.
+            self.vllm_importance_sampling_correction = False
         if self.use_vllm and self.vllm_mode != "server":
             problems.append("Rollouts go through an OpenAI-compatible endpoint, so only vllm_mode=server is supported.")
         try:

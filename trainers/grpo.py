@@ -198,7 +198,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
     from .config import parse_level_weights
     from .grpo_trainer import EvolverGRPOTrainer
     from .serving import PolicyServerProcess, check_endpoint
-    from .sync import FullSync, LoraSync
+    from .sync import DiskSync, FullSync, LoraSync
 
     started = time.perf_counter()
     state = PartialState()
@@ -207,7 +207,10 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
     if cfg.sync_mode == "lora" and not model_args.use_peft:
         raise ConfigError("sync_mode=lora trains a LoRA adapter and publishes it: set use_peft: true (with lora_r, "
                           "lora_alpha, lora_target_modules), or use sync_mode=full on GPUs.")  # fmt: skip
-    if cfg.sync_mode == "full":
+    if cfg.sync_mode == "full" and model_args.use_peft:
+        raise ConfigError("sync_mode=full trains and publishes all weights: set use_peft: false, or use "
+                          "sync_mode=lora to train and publish a LoRA adapter.")  # fmt: skip
+    if cfg.sync_mode == "full" and cfg.full_sync_transport == "nccl":
         FullSync.check_available()
     if cfg.attribution_settings.enabled:  # an unusable judge spec fails here, before anything is written
         from langgraph_evolver.attribution import make_judge
@@ -275,6 +278,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
                         f" ZeRO stage {ds_plugin.zero_stage}" if trainer.is_deepspeed_enabled else "")  # fmt: skip
         if cfg.sync_mode == "lora":
             trainer.policy = LoraSync(base_url, base_model, out / "served_adapters", keep=cfg.keep_adapter_versions)
+        elif cfg.full_sync_transport == "disk":
+            trainer.policy = DiskSync(base_url, base_model, out / "served_weights", keep=cfg.keep_adapter_versions)
         else:
             trainer.policy = FullSync(trainer.vllm_generation, base_model)
         resume: Any = cfg.resume_from_checkpoint

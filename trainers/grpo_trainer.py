@@ -65,6 +65,7 @@ from .samples import (
     padded_tokens,
     padding_sample,
     probe_sample,
+    sequence_weight,
     trajectory_samples,
 )
 
@@ -223,8 +224,11 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self._synced_step: int | None = None
         self._version_steps: dict[str, int] = {}
         self._last_logps: torch.Tensor | None = None
+        self._gap_warned: int | None = None
         window = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
         self.max_sample_length = args.max_sample_length or window
+        # grpo/sapo/dr_grpo/luspo: exact with merged and padding rows through per-call weights (samples.py)
+        self._sequence_weight = sequence_weight(args.loss_type, self.max_completion_length)
         self.last_trajectories: list[Trajectory] = []
         # One event loop for the whole run: rollouts and the judge keep their HTTP clients across steps.
         self._loop = asyncio.new_event_loop()
@@ -381,24 +385,29 @@ class EvolverGRPOTrainer(GRPOTrainer):
             if probe is not None:
                 samples.append(probe)
         trained_tokens = sum(s.trained_tokens for s in samples)
-        counts = gather_object([(len(samples), trained_tokens)])
-        rows = max(max(c for c, _ in counts), 1)
+        trained_calls = sum(s.transitions for s in samples if s.trained_tokens)
+        counts = gather_object([(len(samples), trained_tokens, trained_calls)])
+        rows = max(max(c for c, *_ in counts), 1)
         rows = math.ceil(rows / args.steps_per_generation) * args.steps_per_generation
         pad_id = self._tokenizer.pad_token_id
         samples += [padding_sample(pad_id, self.epsilon_high) for _ in range(rows - len(samples))]
-        global_tokens = sum(t for _, t in counts)
+        global_tokens = sum(t for _, t, _ in counts)
         if global_tokens == 0 and acc.is_main_process:
             logger.warning("step %d: no usable rollouts (%d failed, %d of %d groups zero-variance); this step has no "
                            "gradient.", step, sum(r is None for _, r, *_ in everything), adv.zero_variance_groups,
                            adv.groups)  # fmt: skip
 
         batches = []
-        num_items = torch.tensor(float(global_tokens), device=acc.device)
+        # what TRL's token-summed loss divides by: tokens, or calls for the sequence-normalized loss types
+        normalizer = sum(c for *_, c in counts) if self._sequence_weight is not None else global_tokens
+        num_items = torch.tensor(float(normalizer), device=acc.device)
         computed = 0
         for chunk in length_grouped_chunks(samples, args.steps_per_generation):
             computed += padded_tokens(chunk)
             batch = {k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}
             batch["num_items_in_batch"] = num_items
+            if args.importance_correction == "tis":
+                self._behaviour_correction(batch)
             if self.beta != 0.0:
                 batch["ref_per_token_logps"] = self._reference_logps(batch)
             batches.append(batch)
@@ -422,7 +431,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
                 self._metrics["train"]["navigation/boosted_calls"].append(sum(e != self.epsilon_high
                                                                               for e in epsilon_high))  # fmt: skip
         return trajectory_samples(trajectory, advantages, epsilon_high=epsilon_high,
-                                  merge=args.merge_prefix_transitions, max_length=self.max_sample_length)  # fmt: skip
+                                  merge=args.merge_prefix_transitions, max_length=self.max_sample_length,
+                                  sequence_weight=self._sequence_weight)  # fmt: skip
 
     def _navigate(self, trajectories: list[Trajectory], step: int) -> list[Trajectory]:
         """Self-navigating: strip (or keep) the injected blocks, log, and update the pool from this step's rollouts."""
@@ -512,6 +522,30 @@ class EvolverGRPOTrainer(GRPOTrainer):
         return res.step_advantages, res
 
     @torch.no_grad()
+    def _behaviour_correction(self, batch: dict[str, torch.Tensor]) -> None:
+        """``importance_correction: tis``: pi_old from a no-grad trainer forward now (generation time), and the
+        truncated importance weight min(pi_old / pi_behaviour, tis_cap) per token.
+
+        Tokens of stripped transitions (self-navigating) keep the behaviour logprobs as old and weight 1: their
+        ratio is meant to measure the unguided policy against the guided behaviour (DESIGN.md).
+        """
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep = batch["completion_ids"].size(1)
+        trainer_logps = self._get_per_token_logps_and_entropies(self.model, input_ids, attention, keep)[0]
+        behaviour = batch["old_per_token_logps"]
+        corrected = batch["sampled_mask"].bool() & ~batch["keep_behaviour_mask"].bool()
+        batch["behaviour_per_token_logps"] = behaviour
+        batch["old_per_token_logps"] = torch.where(corrected, trainer_logps, behaviour)
+        weight = torch.exp(trainer_logps - behaviour).clamp(max=self.args.tis_cap)
+        batch["importance_sampling_ratio"] = torch.where(corrected, weight, torch.ones_like(weight))
+        trained = corrected & batch["tool_mask"].bool()
+        if trained.any():
+            m = self._metrics["train"]
+            m["policy/tis_weight_mean"].append(weight[trained].mean().item())
+            m["policy/tis_truncated_share"].append((weight[trained] >= self.args.tis_cap).float().mean().item())
+
+    @torch.no_grad()
     def _reference_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         from trl.trainer.utils import use_adapter
 
@@ -534,31 +568,53 @@ class EvolverGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's loss with a per-token upper clip bound and a behaviour-vs-trainer logprob check."""
         eps_high = inputs.get("epsilon_high")
-        saved = self.epsilon_low, self.epsilon_high
+        saved = self.epsilon_low, self.epsilon_high, self.loss_type
         if eps_high is not None:
             self.epsilon_low = torch.full_like(eps_high, float(saved[0]))
             self.epsilon_high = eps_high
+        if self._sequence_weight is not None:  # per-call weights are in the advantages: sum tokens / calls
+            self.loss_type = "dapo"
+        if self.args.importance_correction == "tis" and "importance_sampling_ratio" in inputs:
+            # TIS: the weight multiplies each token's policy term; it is > 0, so scaling the advantage by it is
+            # exactly that (min(r A w, clip(r) A w) = w min(r A, clip(r) A)), whatever the loss type
+            inputs = {**inputs, "advantages": inputs["advantages"] * inputs["importance_sampling_ratio"]}
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
-            self.epsilon_low, self.epsilon_high = saved
+            self.epsilon_low, self.epsilon_high, self.loss_type = saved
         # On the first pass over fresh rollouts (before any update in this window) the trainer's
         # logprobs must match the endpoint's; a gap means the endpoint serves other weights or samples
         # from a different distribution (top-k, another temperature, stale adapter).
         fresh = (
             self._step % (self.args.steps_per_generation * self.num_iterations) < self.args.gradient_accumulation_steps
         )
-        if fresh and self._last_logps is not None and "old_per_token_logps" in inputs:
+        behaviour = inputs.get("behaviour_per_token_logps", inputs.get("old_per_token_logps"))
+        if fresh and self._last_logps is not None and behaviour is not None:
             mask = (inputs["completion_mask"] * inputs["sampled_mask"]).bool()
-            gap = (self._last_logps - inputs["old_per_token_logps"]).abs()[mask]
+            gap = (self._last_logps - behaviour).abs()[mask]
             stats = torch.stack([gap.sum(), torch.tensor(float(gap.numel()), device=gap.device),
                                  gap.max() if gap.numel() else torch.tensor(0.0, device=gap.device)])  # fmt: skip
             total = self.accelerator.gather(stats.unsqueeze(0))
             count = total[:, 1].sum().item()
             if count:
-                self._metrics["train"]["policy/logp_gap_mean"].append(total[:, 0].sum().item() / count)
+                mean = total[:, 0].sum().item() / count
+                self._metrics["train"]["policy/logp_gap_mean"].append(mean)
                 self._metrics["train"]["policy/logp_gap_max"].append(total[:, 2].max().item())
+                self._warn_about_gap(mean)
         return loss
+
+    def _warn_about_gap(self, mean: float) -> None:
+        step = self.state.global_step
+        if mean <= self.args.logp_gap_warning or not self.accelerator.is_main_process or self._gap_warned == step:
+            return
+        self._gap_warned = step
+        advice = ("importance_correction: tis corrects for it" if self.args.importance_correction == "none" else
+                  "tis corrects the loss, but a gap this large usually means the wrong weights")  # fmt: skip
+        logger.warning("!!! step %d: policy/logp_gap_mean = %.4f exceeds logp_gap_warning = %.3f: the endpoint's "
+                       "behaviour logprobs differ from the trainer's. The endpoint may serve other weights (a stale "
+                       "or missing adapter), sample differently (top-k/top-p, another temperature, raw vs processed "
+                       "logprobs) or in lower precision (vLLM bf16); %s.", step, mean, self.args.logp_gap_warning,
+                       advice)  # fmt: skip
 
     # -- logging ------------------------------------------------------------------------------------
     def _log_generation(self, everything: list, adv: Any, trajectories: list[Trajectory], samples: list[Sample],

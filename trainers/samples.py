@@ -29,14 +29,36 @@ from typing import Any
 from langgraph_evolver.types import Trajectory, Transition
 
 __all__ = [
+    "SEQUENCE_NORMALIZED_LOSSES",
     "Sample",
     "collate",
     "length_grouped_chunks",
     "padded_tokens",
     "padding_sample",
     "probe_sample",
+    "sequence_weight",
     "trajectory_samples",
 ]
+
+SEQUENCE_NORMALIZED_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")
+"""TRL loss types that normalize per row (a mean over rows of each row's token mean or sum). With merged
+rows a row holds several LLM calls, and padding/probe rows count as rows, so TRL's aggregation would
+weigh calls by how they were packed. The trainer makes them exact instead: each call's tokens carry the
+weight its own sequence would give them (``sequence_weight``, folded into the advantages) and the loss is
+summed over tokens and divided by the number of calls of the whole batch (TRL's ``dapo`` path), which is
+TRL's objective with one row per call and no padding. Exact for the policy term; the KL term cannot be
+reweighted that way, so these loss types need ``beta: 0`` (checked in the config)."""
+
+
+def sequence_weight(loss_type: str, max_completion_length: int) -> Any:
+    """``n_tokens -> weight`` of each token of one call under ``loss_type``, or ``None`` (token-summed losses)."""
+    if loss_type in ("grpo", "sapo"):  # per-sequence token mean
+        return lambda n: 1.0 / max(n, 1)
+    if loss_type == "dr_grpo":  # per-sequence sum / max_completion_length
+        return lambda n: 1.0 / max_completion_length
+    if loss_type == "luspo":  # per-sequence sum
+        return lambda n: 1.0
+    return None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -53,6 +75,9 @@ class Sample:
     """Behaviour logprobs as sampled (0.0 on context tokens, which are masked)."""
     advantages: list[float] = field(default_factory=list)
     epsilon_high: list[float] = field(default_factory=list)
+    keep_behaviour: list[int] = field(default_factory=list)
+    """1 on tokens of transitions whose old logprobs stay the behaviour ones even under
+    ``importance_correction: tis`` (self-navigating stripped their prompt: DESIGN.md)."""
     transitions: int = 0
     model_versions: list[str] = field(default_factory=list)
     trajectory_id: str = ""
@@ -65,8 +90,9 @@ class Sample:
         return sum(self.train_mask)
 
     def _append(self, ids: Sequence[int], *, trained: bool, logps: Sequence[float] = (),
-                advantage: float = 0.0, epsilon_high: float = 0.0) -> None:  # fmt: skip
+                advantage: float = 0.0, epsilon_high: float = 0.0, keep_behaviour: bool = False) -> None:  # fmt: skip
         n = len(ids)
+        self.keep_behaviour.extend([int(keep_behaviour and trained)] * n)
         self.completion_ids.extend(ids)
         self.train_mask.extend([int(trained)] * n)
         self.sampled_mask.extend([int(trained)] * n)
@@ -75,7 +101,8 @@ class Sample:
         self.epsilon_high.extend([epsilon_high] * n)
 
     def _add_call(self, tr: Transition, advantage: float, epsilon_high: float) -> None:
-        self._append(tr.completion_ids, trained=True, logps=tr.logprobs, advantage=advantage, epsilon_high=epsilon_high)
+        self._append(tr.completion_ids, trained=True, logps=tr.logprobs, advantage=advantage, epsilon_high=epsilon_high,
+                     keep_behaviour=tr.experience_span is not None)  # fmt: skip
         self.transitions += 1
         self.model_versions.append(tr.model_version)
 
@@ -96,6 +123,7 @@ def trajectory_samples(
     epsilon_high: float | Sequence[float] = 0.28,
     merge: bool = True,
     max_length: int | None = None,
+    sequence_weight: Any = None,
 ) -> list[Sample]:
     """The training rows of one trajectory.
 
@@ -107,6 +135,8 @@ def trajectory_samples(
             boosting widens it for some calls).
         merge: Merge consecutive calls whose prompts extend each other into one row.
         max_length: Never merge a row beyond this many tokens (the model's window).
+        sequence_weight: ``n_tokens -> weight`` multiplied into each call's advantage (see
+            ``SEQUENCE_NORMALIZED_LOSSES``).
     """
     transitions = trajectory.transitions
     n = len(transitions)
@@ -122,6 +152,8 @@ def trajectory_samples(
     samples: list[Sample] = []
     current: Sample | None = None
     for tr, adv, eh in zip(transitions, advs, eps, strict=True):
+        if sequence_weight is not None:
+            adv *= sequence_weight(len(tr.completion_ids))
         fits = max_length is None or len(tr.prompt_ids) + len(tr.completion_ids) <= max_length
         if merge and current is not None and fits and _extends(current, tr):
             current._append(tr.prompt_ids[len(current) :], trained=False, epsilon_high=eh)
@@ -203,6 +235,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
     old_logps = torch.zeros((b, c_len), dtype=torch.float32)
     advantages = torch.zeros((b, c_len), dtype=torch.float32)
     eps_high = torch.zeros((b, c_len), dtype=torch.float32)
+    keep_behaviour = torch.zeros((b, c_len), dtype=torch.long)
     for i, s in enumerate(samples):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         prompt_ids[i, p_len - p :] = torch.tensor(s.prompt_ids)
@@ -214,6 +247,8 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
         old_logps[i, :c] = torch.tensor(s.old_logps)
         advantages[i, :c] = torch.tensor(s.advantages)
         eps_high[i, :c] = torch.tensor(s.epsilon_high)
+        if s.keep_behaviour:
+            keep_behaviour[i, :c] = torch.tensor(s.keep_behaviour)
         if c and not any(s.sampled_mask):  # a padding row attends to nothing it could learn from
             completion_mask[i, :c] = 0
     return {
@@ -226,4 +261,8 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> dict[str, Any]:
         "old_per_token_logps": old_logps,
         "advantages": advantages,
         "epsilon_high": eps_high,
+        "keep_behaviour_mask": keep_behaviour,
+        # the truncated importance weight (``importance_correction: tis``); 1 until the trainer sets it. TRL's
+        # loss reads this key whenever use_vllm is on, so every batch carries it.
+        "importance_sampling_ratio": torch.ones((b, c_len), dtype=torch.float32),
     }
