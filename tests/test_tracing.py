@@ -514,5 +514,6 @@ def test_unreachable_langsmith_neither_slows_nor_breaks_the_agent(
     assert report["latest_run_metadata"]["suite"] == "tracing"
     # ... while the local trace is complete and the agent did not wait on the dead endpoint.
     assert report["local_trees"] == 50 and report["local_runs"] == 50 * RUNS_PER_INVOCATION
-    assert report["traced"] < 2.0, report
-    assert report["traced"] < 3 * report["baseline"] + 0.5, report
+    # a ratio against the same runs untraced (measured in the same process), not a wall-clock figure: waiting on
+    # the dead endpoint would cost seconds per run; the slack absorbs a loaded machine
+    assert report["traced"] < 3 * report["baseline"] + 1.0, report
