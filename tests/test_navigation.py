@@ -151,3 +151,51 @@ def test_the_trainer_builds_its_pool_from_training_rollouts_only(tmp_path):
     assert sources and sources <= train_ids and not sources & test_ids  # no held-out leakage
     step1 = [json.loads(x) for x in (out / "trajectories" / "step_00001.jsonl").read_text().splitlines()]
     assert any(t["experience_ids"] for t in step1), "step 2's guided rollouts retrieved from step 1's pool"
+
+
+# -- optional LLM rerank and rewrite ----------------------------------------------------------------
+
+
+def _two_hit_navigator(task, rewriter):
+    pool = FaissExperiencePool(HashEmbeddings())
+    other = Experience(id="exp-other", when_to_use=task.query + " today", content="say hello first")
+    pool.add([Experience(id="exp-balance", when_to_use=task.query, content=ADVICE), other], merge=False)
+    return Navigator(pool, top_k=2, rewriter=rewriter, rewrite_retries=1)
+
+
+async def test_the_rewriter_reranks_drops_and_rewrites_into_one_block(task, tokenizer):
+    from langgraph_evolver.experience.navigate import BLOCK_HEADER, parse_rewrite
+    from tests.test_attribution import ScriptedJudgeModel
+
+    assert parse_rewrite("KEEP: 2, 1, 9\nADVICE:\n- do x", 2) == ([1, 0], "- do x")
+    assert parse_rewrite("**KEEP**: none", 2) == ([], "")
+    assert parse_rewrite("I would keep the first one", 2) is None
+
+    model = ScriptedJudgeModel(["KEEP: 1\nADVICE:\n- Call get_balance before answering."])
+    nav = _two_hit_navigator(task, model)
+    block = await nav.ablock_for(task)
+    plain = await Navigator(nav.pool, top_k=2).ablock_for(task)
+    kept = plain.ids[0]  # the experience listed first in the rewriter's prompt
+    assert block.ids == (kept,) and block.text == f"{BLOCK_HEADER}\n- Call get_balance before answering."
+    prompt = model.log.calls[0][0].content
+    assert task.query in prompt and "1. When" in prompt and "2. When" in prompt
+    assert await nav.ablock_for(task) is block and len(model.log.calls) == 1  # cached per query and pool version
+    # the rewritten block is what is injected, so stripping removes exactly it
+    from langgraph_evolver.experience import strip_block
+    from langgraph_evolver.types import Transition
+
+    text = tokenizer.apply_chat_template([{"role": "system", "content": "sys\n\n" + block.text}], tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    stripped = strip_block(Transition(prompt_ids=tuple(ids), completion_ids=(1,), logprobs=(0.0,)), block, tokenizer)
+    assert stripped is not None and "get_balance" not in tokenizer.decode(list(stripped.prompt_ids))
+
+
+async def test_a_failed_rewrite_falls_back_to_the_plain_block_and_none_kept_is_unguided(task):
+    from tests.test_attribution import ScriptedJudgeModel
+
+    broken = _two_hit_navigator(task, ScriptedJudgeModel([RuntimeError("down")]))
+    block = await broken.ablock_for(task)
+    assert block is not None and len(block.ids) == 2 and broken.stats.rewrite_fallbacks == 1
+
+    picky = _two_hit_navigator(task, ScriptedJudgeModel(["KEEP: none"]))
+    assert await picky.ablock_for(task) is None and picky.stats.dropped_by_rewrite == 1

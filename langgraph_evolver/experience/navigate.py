@@ -2,7 +2,10 @@
 
 - **Retrieve.** ``Navigator.ablock_for(task, observation)``: the query is the task's system and
   user text; the top-k experiences from the pool become one ``ExperienceBlock`` (cached per
-  query and pool version, so the guided rollouts of a group share one retrieval).
+  query and pool version, so the guided rollouts of a group share one retrieval). With a
+  ``rewriter`` chat model, the retrieved experiences are reranked (irrelevant ones dropped) and
+  rewritten into one short block of advice; a failed rewrite falls back to the plain block
+  (counted in ``stats``), and a rewrite that keeps nothing leaves the rollout unguided.
 - **Inject.** ``inject_experience(messages, block)`` appends the block to the first system
   message of a prompt (a new system message when there is none). It is applied at prompt time
   (our graph's ``agent`` node, ``EvolverMiddleware``, or the policy model handed to a factory),
@@ -22,6 +25,7 @@ so the trainer has one call and the figures to log.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +39,7 @@ from .types import Experience
 __all__ = [
     "BLOCK_HEADER",
     "BLOCK_SEPARATOR",
+    "DEFAULT_REWRITE_PROMPT",
     "ExperienceBlock",
     "Navigator",
     "epsilon_highs",
@@ -91,14 +96,85 @@ def inject_experience(messages: Sequence[BaseMessage], block: ExperienceBlock | 
     return [pin(SystemMessage(block.text)), *out]
 
 
+DEFAULT_REWRITE_PROMPT = """An agent is about to work on this task:
+{task}
+
+Experiences from earlier tasks were retrieved for it:
+{experiences}
+
+Keep only the experiences that help with this task, most useful first, and rewrite them as one short
+block of advice (a few bullet points, concrete, no preamble). Answer in exactly this form:
+KEEP: <numbers, comma-separated, or none>
+ADVICE:
+<the advice>"""
+_KEEP = re.compile(r"keep\W{0,3}\s*([0-9 ,]+|none)", re.I)
+_ADVICE = re.compile(r"advice[ \t]*:?[ \t]*\n?(.*)", re.I | re.S)
+
+
+def parse_rewrite(text: str, n: int) -> tuple[list[int], str] | None:
+    """``(kept 0-based indices, advice)`` from a rewriter's answer; ``None`` when unreadable."""
+    text = re.sub(r"<think>.*?</think>", "", text or "", flags=re.S | re.I).replace("*", "")
+    keep = _KEEP.search(text)
+    if keep is None:
+        return None
+    if keep.group(1).strip().lower() == "none":
+        return [], ""
+    kept = list(dict.fromkeys(int(x) - 1 for x in re.findall(r"\d+", keep.group(1)) if 1 <= int(x) <= n))
+    advice = _ADVICE.search(text[keep.end() :])
+    body = advice.group(1).strip() if advice else ""
+    return (kept, body) if kept and body else None
+
+
+@dataclass(slots=True)
+class NavigatorStats:
+    retrievals: int = 0
+    rewrites: int = 0
+    rewrite_fallbacks: int = 0
+    """Rewrites that failed (the plain block was used)."""
+    dropped_by_rewrite: int = 0
+    """Retrievals the rewriter judged irrelevant (the rollout ran unguided)."""
+
+
 @dataclass
 class Navigator:
-    """Retrieval for rollouts: ``pool``, ``top_k``, an optional ``min_score``; cached per query and pool version."""
+    """Retrieval for rollouts: ``pool``, ``top_k``, an optional ``min_score``; cached per query and pool version.
+
+    ``rewriter`` (any LangChain chat model) reranks and rewrites the retrieved experiences into one
+    block (``rewrite_prompt``, fields ``task`` and ``experiences``), with ``rewrite_retries`` retries.
+    """
 
     pool: Any
     top_k: int = 5
     min_score: float | None = None
+    rewriter: Any = None
+    rewrite_prompt: str = DEFAULT_REWRITE_PROMPT
+    rewrite_retries: int = 1
+    stats: NavigatorStats = field(default_factory=NavigatorStats)
     _cache: dict[tuple[str, int], ExperienceBlock | None] = field(default_factory=dict)
+
+    async def _rewrite(self, query: str, hits: list[tuple[Experience, float]]) -> ExperienceBlock | None:
+        from .._llm import CallTally, LoopSemaphores, ask_with_retries
+
+        plain = ExperienceBlock(ids=tuple(e.id for e, _ in hits), text=format_block([e for e, _ in hits]),
+                                scores=tuple(round(float(s), 4) for _, s in hits))  # fmt: skip
+        listed = "\n".join(f"{i}. When {e.when_to_use.rstrip('.')}: {e.content}" for i, (e, _) in enumerate(hits, 1))
+        prompt = self.rewrite_prompt.format(task=query, experiences=listed)
+        self.stats.rewrites += 1
+        parsed, _ = await ask_with_retries(
+            self.rewriter, prompt, parse=lambda text: parse_rewrite(text, len(hits)),
+            retry_message=lambda text: "Answer with a 'KEEP: <numbers or none>' line, then 'ADVICE:' and the advice.",
+            problem_of=lambda text: text[:200], max_retries=self.rewrite_retries, backoff_s=0.5, max_backoff_s=5.0,
+            timeout_s=60.0, semaphores=LoopSemaphores(4), tally=CallTally(),
+        )  # fmt: skip
+        if parsed is None:
+            self.stats.rewrite_fallbacks += 1
+            return plain
+        kept, advice = parsed
+        if not kept:
+            self.stats.dropped_by_rewrite += 1
+            return None
+        return ExperienceBlock(ids=tuple(hits[i][0].id for i in kept), text=f"{BLOCK_HEADER}\n{advice}",
+                               scores=tuple(round(float(hits[i][1]), 4) for i in kept))  # fmt: skip
 
     async def ablock_for(self, task: Task, observation: Any = None) -> ExperienceBlock | None:
         query = retrieval_query(task, observation)
@@ -107,6 +183,10 @@ class Navigator:
             if len(self._cache) > 4096:
                 self._cache.clear()
             hits = await self.pool.aretrieve(query, k=self.top_k, min_score=self.min_score) if len(self.pool) else []
+            self.stats.retrievals += 1
+            if hits and self.rewriter is not None:
+                self._cache[key] = await self._rewrite(query, list(hits))
+                return self._cache[key]
             self._cache[key] = (
                 ExperienceBlock(
                     ids=tuple(e.id for e, _ in hits),
