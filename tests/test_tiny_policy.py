@@ -192,17 +192,25 @@ def test_experience_rate_cli_keeps_the_init_tokenizer(tmp_path, monkeypatch):
 
     import trainers.tiny as tiny
 
-    init = tmp_path / "init"
-    tiny.main(["--out", str(init), "--minutes", "0.02", "--examples", "40", "--eval-tasks", "1", "--eval-every", "100",
-               "--threads", "1", "--hidden", "32", "--layers", "1"])  # fmt: skip
     monkeypatch.setattr(tiny, "build_tiny_tokenizer", lambda *a, **k: pytest.fail("retrained the tokenizer"))
     monkeypatch.setattr(tiny, "experience_navigator", lambda pool_dir, top_k: _navigator(top_k))
+    evaluated = []  # (split of the tasks, guided): the rollouts themselves are the slow part, stubbed here
+
+    def evaluate(model, tokenizer, tasks, *, temperature, navigator=None):
+        evaluated.append((tasks[0].id, navigator is not None))
+        return {"success": 0.5, "parse_rate": 1.0}
+
+    monkeypatch.setattr(tiny, "evaluate_in_process", evaluate)
     out = tmp_path / "navigate"
-    tiny.main(["--init-from", str(init), "--out", str(out), "--minutes", "0.02", "--examples", "40",
+    tiny.main(["--init-from", str(tiny.DEFAULT_CHECKPOINT), "--out", str(out), "--minutes", "0.01", "--examples", "16",
                "--experience-rate", "1", "--experience-pool", "unused", "--eval-split", "validation",
                "--eval-tasks", "1", "--eval-every", "100", "--keep", "last", "--threads", "1"])  # fmt: skip
     summary = json.loads((out / "warm_start_summary.json").read_text())
     assert summary["experience_rate"] == 1 and summary["experience_top_k"] == 3
     history = json.loads((out / "warm_start_history.jsonl").read_text().splitlines()[-1])
-    assert history["eval_split"] == "validation" and "guided_success" in history
-    assert AutoTokenizer.from_pretrained(out).get_vocab() == AutoTokenizer.from_pretrained(init).get_vocab()
+    assert history["eval_split"] == "validation" and history["guided_success"] == 0.5
+    assert evaluated == [("sandbox-train-200000", False), ("sandbox-train-200000", True)]
+    assert (
+        AutoTokenizer.from_pretrained(out).get_vocab()
+        == AutoTokenizer.from_pretrained(tiny.DEFAULT_CHECKPOINT).get_vocab()
+    )
