@@ -102,3 +102,19 @@ def test_loss_types_that_cannot_be_exact_are_refused(tmp_path, overrides, messag
     if "importance_sampling_level" in overrides:  # one row per call: the sequence ratio is the call's
         EvolverGRPOConfig(**common, **overrides, merge_prefix_transitions=False)
     EvolverGRPOConfig(**common, loss_type="grpo", beta=0.0)  # exact through per-call weights
+
+
+def test_the_vllm_qwen_example_is_a_valid_config_with_its_commands(tmp_path):
+    from trainers.grpo import make_parser
+
+    path = Path(QUICKSTART).parent / "vllm_qwen.yaml"
+    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 vllm serve Qwen/Qwen2.5-7B-Instruct" in header
+    assert "--logprobs-mode processed_logprobs" in header and "--max-lora-rank 64" in header
+    assert "accelerate launch" in header and "--config examples/vllm_qwen.yaml" in header
+    script, cfg, model_args = make_parser().parse_args_and_config(
+        ["--config", str(path), "--output_dir", str(tmp_path), "--bf16", "false"]  # bf16 needs the GPU it names
+    )
+    assert model_args.model_name_or_path == cfg.policy_model == "Qwen/Qwen2.5-7B-Instruct"
+    assert model_args.use_peft and model_args.lora_r == 64 and cfg.sync_mode == "lora"
+    assert cfg.importance_correction == "tis" and cfg.max_tokens_per_microbatch == 32768

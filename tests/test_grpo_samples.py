@@ -225,3 +225,28 @@ def test_length_grouped_chunks_keep_padding_low():
     assert all(length_grouped_chunks(rows, 6)) and len(length_grouped_chunks(rows, 6)) == 6
     with pytest.raises(ValueError):
         length_grouped_chunks(rows, 0)
+
+
+def test_token_budget_packs_under_the_budget_and_mixes_lengths_across_micro_batches():
+    from trainers.samples import token_budget_slots
+
+    lengths = [200, 180, 160, 140, 120, 100, 80, 60, 40, 30, 20, 10, 6, 6, 4, 4]  # row lengths (prompt = completion)
+    rows = [s for n in lengths for s in trajectory_samples(_traj([_tr(list(range(n // 2)), [1] * (n // 2))]), 1.0)]
+    budget = 400
+    slots = token_budget_slots(rows, 4, budget, seed=0)
+    subs = [sub for slot in slots for sub in slot]
+    assert sorted(len(r) for sub in subs for r in sub) == sorted(lengths)  # every row once
+    assert all(padded_tokens(sub) <= budget for sub in subs)  # no forward pass over the budget
+    assert all(slots), "every micro-batch gets work when there are enough buckets"
+    # length-sorted contiguous micro-batches gave the first optimizer step (slot 0 with GA=1) only the longest
+    # rows; buckets are dealt by token load after a shuffle, so the long rows spread over the micro-batches
+    longest = {id(r) for r in sorted(rows, key=len, reverse=True)[:4]}
+    per_slot = [sum(id(r) in longest for sub in slot for r in sub) for slot in slots]
+    assert max(per_slot) < 4 and sum(per_slot) == 4
+    loads = [sum(padded_tokens(sub) for sub in slot) for slot in slots]
+    assert max(loads) <= 2 * min(loads)  # balanced by tokens, not by rows
+    assert token_budget_slots(rows, 4, budget, seed=0) == slots  # deterministic for a seed
+    (alone,) = [sub for slot in token_budget_slots(rows, 2, 100, seed=1) for sub in slot if len(sub[0]) == 200]
+    assert len(alone) == 1  # a row longer than the budget runs alone
+    with pytest.raises(ValueError):
+        token_budget_slots(rows, 0, 100)

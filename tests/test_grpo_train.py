@@ -50,6 +50,12 @@ def test_train_evaluate_and_resume(tmp_path, capsys):
     assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["step_00000.jsonl", "step_00001.jsonl"]
     for when in ("eval_before", "eval_after"):
         assert json.loads((out / when / "summary.json").read_text())["all"]["samples"] == 6
+    # the model card: ours, not TRL's placeholder (base model None, a sample question unrelated to the run)
+    for card in (out / "README.md", out / "final" / "README.md"):
+        text = card.read_text()
+        assert "base_model: " in text and "tiny-policy" in text and "[None]" not in text, card
+        assert "a LoRA adapter" in text and "`sandbox`" in text and "--max_steps 2" in text
+        assert f"| {figures['eval_before_avg']:.3f} |" in text and f"| {figures['eval_after_avg']:.3f} |" in text
 
     # resume: continues at step 3 from checkpoint-2, publishes the restored adapter first
     figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "3", *SMALL,
@@ -70,9 +76,12 @@ def test_train_with_attribution(tmp_path, capsys):
     out = tmp_path / "adca"
     figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "1", *SMALL,
                    "--eval_before", "false", "--eval_after", "false", "--save_strategy", "no",
-                   "--attribution", '{"alpha": 0.2, "judge": "reference"}'])  # fmt: skip
+                   "--attribution", '{"alpha": 0.2, "judge": "reference"}',
+                   "--max_tokens_per_microbatch", "1500"])  # fmt: skip
     assert figures["steps"] == 1
     row = _metrics(out)[0]
+    # a token budget: the 2 micro-batches run as sub-batches (as many on every rank), gradients accumulated
+    assert row["samples/forward_passes"] > 2 and row["grad_norm"] > 0
     assert row["adca/alpha"] == pytest.approx(0.2)
     assert row["attribution/fallbacks"] == 0 and row["attribution/latency_s"] >= 0
     assert "attribution/good_share_failed" in row or "attribution/good_share_success" in row

@@ -273,6 +273,15 @@ class EvolverGRPOConfig(GRPOConfig):
             "choices": ["lora", "full"],
         },  # fmt: skip
     )
+    max_tokens_per_microbatch: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token budget of one forward/backward pass (rows x padded length). Rows are packed into "
+            "sub-batches under it (length-sorted buckets, shuffled across micro-batches), each micro-batch runs "
+            "its sub-batches one after another with the gradients accumulated, and every rank runs the same "
+            "number. None: steps_per_generation micro-batches of equal row counts, whatever their length."
+        },  # fmt: skip
+    )
     importance_correction: str = field(
         default="none",
         metadata={
@@ -428,6 +437,12 @@ class EvolverGRPOConfig(GRPOConfig):
         if self.malformed_call_penalty < 0:
             problems.append("malformed_call_penalty must be >= 0 (it is subtracted).")
         problems += self._loss_problems()
+        if self.max_tokens_per_microbatch is not None:
+            if self.max_tokens_per_microbatch < 1:
+                problems.append("max_tokens_per_microbatch must be >= 1 (or null for no budget).")
+            if self.loss_type == "bnpo":
+                problems.append("loss_type=bnpo averages over each forward pass's tokens, so splitting a micro-batch "
+                                "by max_tokens_per_microbatch would change it: use loss_type: dapo.")  # fmt: skip
         if self.importance_correction not in ("none", "tis"):
             problems.append(f"importance_correction must be 'none' or 'tis', got {self.importance_correction!r}.")
         if self.tis_cap < 1.0:

@@ -184,8 +184,8 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
     return summary
 
 
-def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, Any]:
-    """Train (see the module docstring); returns the final figures."""
+def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: str | None = None) -> dict[str, Any]:
+    """Train (see the module docstring); returns the final figures. ``command`` goes into the model card."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
     from transformers import AutoTokenizer
@@ -197,6 +197,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
     from .callbacks import MetricsCallback, plot_reward_curve
     from .config import parse_level_weights
     from .grpo_trainer import EvolverGRPOTrainer
+    from .model_card import launch_command, write_model_card
     from .serving import PolicyServerProcess, check_endpoint
     from .sync import DiskSync, FullSync, LoraSync
 
@@ -271,6 +272,10 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
                                      rollout_callbacks=langsmith_callbacks(project="langgraph-evolver-train"),
                                      callbacks=callbacks)  # fmt: skip
         trainer.remove_callback(ProgressCallback)
+        card = {"cfg": cfg, "model_args": model_args, "base_model": str(model_args.model_name_or_path),
+                "command": command or launch_command(), "evals": evals, "k": k, "eval_split": script_args.eval_split,
+                "train_tasks": len(train_tasks)}  # fmt: skip
+        trainer.card_info = card
         if state.is_main_process:
             ds_plugin = trainer.accelerator.state.deepspeed_plugin
             logger.info("training on %d process(es), %s%s", trainer.accelerator.num_processes,
@@ -298,6 +303,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any) -> dict[str, A
                                        out=out / "eval_after")  # fmt: skip
         state.wait_for_everyone()
         if state.is_main_process:
+            for where in (out / "README.md", out / "final" / "README.md"):  # ours, over TRL's and PEFT's placeholders
+                write_model_card(where, step=trainer.state.global_step, final=True, **card)
             figures = _report(out, evals, k, trainer, started)
             plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png",
                               eval_before=evals.get("before", {}).get("all", {}).get(f"avg@{k}"),
@@ -376,7 +383,9 @@ def cli(argv: list[str] | None = None) -> dict[str, Any]:
             script_args, cfg, model_args = make_parser().parse_args_and_config(argv)
         except ValueError as e:  # TRL's own config checks
             raise ConfigError(str(e)) from None
-        return main(script_args, cfg, model_args)
+        from .model_card import launch_command
+
+        return main(script_args, cfg, model_args, command=launch_command(argv))
     except EvolverError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -32,6 +32,7 @@ import asyncio
 import json
 import logging
 import math
+import random
 import statistics
 import threading
 import time
@@ -66,6 +67,7 @@ from .samples import (
     padding_sample,
     probe_sample,
     sequence_weight,
+    token_budget_slots,
     trajectory_samples,
 )
 
@@ -225,6 +227,9 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self._version_steps: dict[str, int] = {}
         self._last_logps: torch.Tensor | None = None
         self._gap_warned: int | None = None
+        self._sub_batch: dict[str, Any] | None = None
+        self.card_info: dict[str, Any] | None = None
+        """What the model card needs beyond the config (``trainers.grpo`` sets it: model args, command, evals)."""
         window = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
         self.max_sample_length = args.max_sample_length or window
         # grpo/sapo/dr_grpo/luspo: exact with merged and padding rows through per-call weights (samples.py)
@@ -245,7 +250,32 @@ class EvolverGRPOTrainer(GRPOTrainer):
             self.extractor = make_extractor(nav.extractor, **nav.extractor_options)
 
     # -- batches ---------------------------------------------------------------------------------
-    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """TRL's step, once per sub-batch of the micro-batch under ``max_tokens_per_microbatch``.
+
+        The sub-batches' gradients accumulate; only the last one may end an accumulation window (DeepSpeed
+        steps there), so the optimizer sees the micro-batch as one. The losses are token sums over the whole
+        generation batch's normalizer, so the sum over sub-batches is the micro-batch's loss.
+        """
+        if not self.args.max_tokens_per_microbatch or not self.model.training:
+            return super().training_step(model, inputs, num_items_in_batch)
+        slot = self._prepare_inputs(inputs)  # generates the rollouts when they are due
+        step, state = self._step, self.accelerator.gradient_state
+        sync = state.sync_gradients
+        total = torch.zeros((), device=self.accelerator.device)
+        try:
+            for i, sub in enumerate(slot):
+                self._sub_batch, self._step = sub, step  # TRL counts one step per call; this is one micro-batch
+                state._set_sync_gradients(sync and i == len(slot) - 1)
+                total = total + super().training_step(model, inputs, num_items_in_batch).detach()
+        finally:
+            self._sub_batch = None
+            state._set_sync_gradients(sync)
+        return total
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        if self._sub_batch is not None:  # inside training_step's loop over a micro-batch's sub-batches
+            return self._sub_batch
         if not self.model.training:
             raise NotImplementedError("In-loop evaluation is not supported; trainers.grpo evaluates before and after "
                                       "training on held-out tasks (eval_strategy must stay 'no').")  # fmt: skip
@@ -397,12 +427,13 @@ class EvolverGRPOTrainer(GRPOTrainer):
                            "gradient.", step, sum(r is None for _, r, *_ in everything), adv.zero_variance_groups,
                            adv.groups)  # fmt: skip
 
-        batches = []
         # what TRL's token-summed loss divides by: tokens, or calls for the sequence-normalized loss types
         normalizer = sum(c for *_, c in counts) if self._sequence_weight is not None else global_tokens
         num_items = torch.tensor(float(normalizer), device=acc.device)
         computed = 0
-        for chunk in length_grouped_chunks(samples, args.steps_per_generation):
+
+        def build(chunk: list[Sample]) -> dict[str, Any]:
+            nonlocal computed
             computed += padded_tokens(chunk)
             batch = {k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}
             batch["num_items_in_batch"] = num_items
@@ -410,7 +441,22 @@ class EvolverGRPOTrainer(GRPOTrainer):
                 self._behaviour_correction(batch)
             if self.beta != 0.0:
                 batch["ref_per_token_logps"] = self._reference_logps(batch)
-            batches.append(batch)
+            return batch
+
+        seed = args.seed * 1_000_003 + step
+        if args.max_tokens_per_microbatch:
+            slots = token_budget_slots(samples, args.steps_per_generation, args.max_tokens_per_microbatch, seed=seed)
+            # every rank runs as many forward passes as the busiest slot of any rank (ZeRO-3 gathers per pass)
+            passes = max(gather_object([max(len(slot) for slot in slots)]))
+            pad = [padding_sample(pad_id, self.epsilon_high)]
+            batches: list[Any] = [[build(sub) for sub in slot + [pad] * (passes - len(slot))] for slot in slots]
+            metrics["samples/forward_passes"].append(passes * args.steps_per_generation)
+        else:
+            chunks = length_grouped_chunks(samples, args.steps_per_generation)
+            if args.steps_per_generation > args.gradient_accumulation_steps:
+                # several optimizer steps per generation: which length bucket each one sees is random, not sorted
+                random.Random(seed).shuffle(chunks)
+            batches = [build(chunk) for chunk in chunks]
 
         self._log_generation(everything, adv, trajectories, samples, rollout_s, step)
         self._metrics["train"]["samples/padded_tokens"].append(computed)
@@ -615,6 +661,16 @@ class EvolverGRPOTrainer(GRPOTrainer):
                        "or missing adapter), sample differently (top-k/top-p, another temperature, raw vs processed "
                        "logprobs) or in lower precision (vLLM bf16); %s.", step, mean, self.args.logp_gap_warning,
                        advice)  # fmt: skip
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: Any = None) -> None:  # fmt: skip
+        """The run's own card (``trainers/model_card.py``) instead of TRL's generic one, at every checkpoint."""
+        if not self.is_world_process_zero() or self.card_info is None:
+            return
+        from .model_card import write_model_card
+
+        write_model_card(Path(self.args.output_dir) / "README.md", step=self.state.global_step, final=False,
+                         **self.card_info)  # fmt: skip
 
     # -- logging ------------------------------------------------------------------------------------
     def _log_generation(self, everything: list, adv: Any, trajectories: list[Trajectory], samples: list[Sample],

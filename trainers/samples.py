@@ -37,6 +37,7 @@ __all__ = [
     "padding_sample",
     "probe_sample",
     "sequence_weight",
+    "token_budget_slots",
     "trajectory_samples",
 ]
 
@@ -208,6 +209,41 @@ def length_grouped_chunks(samples: Sequence[Sample], num_chunks: int) -> list[li
         chunks.append(ordered[start:end])
         start = end
     return chunks
+
+
+def token_budget_slots(samples: Sequence[Sample], num_slots: int, max_tokens: int, *,
+                       seed: int = 0) -> list[list[list[Sample]]]:  # fmt: skip
+    """Pack rows into sub-batches of at most ``max_tokens`` padded tokens, spread over ``num_slots`` micro-batches.
+
+    Rows are sorted by length and cut into sub-batches (buckets) whose padded size stays under the budget,
+    so padding stays low and no forward pass holds more than ``max_tokens`` tokens (a single row longer
+    than the budget gets a sub-batch of its own). The buckets are then shuffled and dealt to the slots,
+    each to the slot with the fewest tokens so far: which rows an optimizer step sees does not depend on
+    their length (with ``steps_per_generation > gradient_accumulation_steps`` a length-sorted split gave
+    the first optimizer step only the longest rollouts). A slot may be empty when there are fewer buckets
+    than slots; the caller pads (every rank must run the same number of forward passes).
+    """
+    import random
+
+    if num_slots < 1 or max_tokens < 1:
+        raise ValueError("num_slots and max_tokens must be >= 1")
+    buckets: list[list[Sample]] = []
+    current: list[Sample] = []
+    for s in sorted(samples, key=len, reverse=True):
+        if current and padded_tokens([*current, s]) > max_tokens:
+            buckets.append(current)
+            current = []
+        current.append(s)
+    if current:
+        buckets.append(current)
+    random.Random(seed).shuffle(buckets)
+    slots: list[list[list[Sample]]] = [[] for _ in range(num_slots)]
+    load = [0] * num_slots
+    for bucket in buckets:
+        i = min(range(num_slots), key=lambda k: (load[k], len(slots[k])))
+        slots[i].append(bucket)
+        load[i] += padded_tokens(bucket)
+    return slots
 
 
 def padded_tokens(chunk: Sequence[Sample]) -> int:
