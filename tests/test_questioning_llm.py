@@ -294,3 +294,30 @@ async def test_judge_over_http_never_raises(tiny_policy_url):
         assert verdict.reward == 0.0 and judge.stats.fallbacks == 1
     else:
         assert (0.6 <= verdict.reward <= 1.0) if verdict.achieved else (0.0 <= verdict.reward <= 0.4)
+
+
+# -- LLM refinement of a derived profile ----------------------------------------------------------------
+
+
+async def test_an_llm_refines_what_the_profile_rules_got_wrong():
+    from langgraph_evolver.questioning import arefine_profile, derive_profile
+
+    def tool(name: str, **props: str) -> dict:
+        return {"type": "function", "function": {"name": name, "description": "",
+                "parameters": {"properties": {k: {"type": v} for k, v in props.items()}}}}  # fmt: skip
+
+    derived = derive_profile(
+        [tool("archive", note_id="integer"), tool("list_notes"), tool("lookup_weather", city="string")]
+    )
+    assert derived["operations"]["archive"]["kind"] == "unknown"
+    answer = '{"archive": {"entity": "notes", "kind": "write"}, "lookup_weather": {"entity": "forecast"}, "nope": {}}'
+    model = ScriptedJudgeModel(["not json", answer])
+    refined = await arefine_profile(derived, model, max_retries=1)
+    assert refined["refined"] == ["archive", "lookup_weather"]
+    archive = refined["operations"]["archive"]
+    assert (archive["entity"], archive["kind"], archive["writes"]) == ("note", "write", True)
+    assert refined["operations"]["lookup_weather"]["entity"] == "forecast"
+    assert "archive" in refined["entities"]["note"]["operations"] and "forecast" in refined["entities"]
+    assert "lookup_weather" not in refined["entities"].get("weather", {}).get("operations", [])
+    failed = await arefine_profile(derived, ScriptedJudgeModel(["no"]), max_retries=0)
+    assert failed["operations"] == derived["operations"] and "no JSON object" in failed["refine_error"]

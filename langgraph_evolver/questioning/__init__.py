@@ -13,7 +13,7 @@ from .explore_llm import aexplore_with_model, create_explorer_graph, explorer_ag
 from .filters import DuplicateIndex, FilterReport, check_feasibility, drop_duplicates, drop_invalid, filter_tasks
 from .judge import JudgeScore, ReferenceAwareJudge, parse_score
 from .pipeline import PipelineReport, synthesize_tasks
-from .profile import derive_profile, environment_profile
+from .profile import arefine_profile, derive_profile, environment_profile
 from .store import TaskStore
 from .synthesize import describe_calls, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer, parse_tasks
@@ -27,6 +27,7 @@ __all__ = [
     "ReferenceAwareJudge",
     "TaskStore",
     "aexplore",
+    "arefine_profile",
     "aexplore_with_model",
     "create_explorer_graph",
     "check_feasibility",

@@ -3,17 +3,21 @@
 A profile is declared by the environment (``Environment.profile()``, the sandbox ships one) or
 derived from its tool schemas by rules: a tool name ``<verb>_<noun>`` is an operation of kind
 read/write on the entity ``<noun>`` (singular), an argument ``<x>_id`` names the entity ``x``,
-and the other arguments of an entity's tools are its attributes.
+and the other arguments of an entity's tools are its attributes. ``arefine_profile`` asks a chat
+model to correct what the rules got wrong (a tool named ``archive`` writes; ``lookup_weather``
+acts on a forecast, not a "weather"); it keeps the rules' answer where the model gives none.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "READ_VERBS",
     "WRITE_VERBS",
+    "arefine_profile",
     "derive_profile",
     "environment_profile",
     "singular",
@@ -136,3 +140,80 @@ def environment_profile(env: Any, tools: Sequence[Mapping[str, Any]] | None = No
             operations[name] = {**operations.get(name, {}), **op}
         return {**derived, **declared, "operations": operations, "source": "declared"}
     return {**derived, "source": "derived"}
+
+
+REFINE_PROMPT = """These are the tools of an application, with what simple rules guessed about each
+(the entity it acts on, and whether it only reads state or changes it):
+
+{operations}
+
+Correct the guesses that are wrong (names are not always <verb>_<noun>). Answer with only a JSON
+object mapping each tool you correct to {{"entity": "<singular noun>", "kind": "read" or "write"}};
+answer {{}} when every guess is right."""
+
+
+def _corrections(text: str, known: set[str]) -> dict[str, dict[str, str]] | None:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        return None
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, dict[str, str]] = {}
+    for name, fix in data.items():
+        if name not in known or not isinstance(fix, dict):
+            continue
+        entity, kind = fix.get("entity"), fix.get("kind")
+        clean = {}
+        if isinstance(entity, str) and entity.strip():
+            clean["entity"] = singular(entity.strip().lower().replace(" ", "_"))
+        if kind in ("read", "write"):
+            clean["kind"] = kind
+        if clean:
+            out[name] = clean
+    return out
+
+
+async def arefine_profile(profile: Mapping[str, Any], model: Any, *, max_retries: int = 2) -> dict[str, Any]:
+    """``profile`` with the operations' entity and kind corrected by ``model`` (any LangChain chat model).
+
+    Only known tools, singular entity names and the kinds ``read``/``write`` are taken; the entities'
+    operation lists follow the corrected operations. ``profile["refined"]`` lists what changed; on a
+    model failure the profile comes back unchanged with ``profile["refine_error"]``. Never raises.
+    """
+    from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries
+
+    operations = dict(profile.get("operations") or {})
+    listed = "\n".join(
+        f"- {name}({', '.join(op.get('arguments') or [])}): {op.get('description') or ''} "
+        f"[entity: {op.get('entity')}, {op.get('kind')}]"
+        for name, op in operations.items()
+    )
+    fixes, problem = await ask_with_retries(
+        model, REFINE_PROMPT.format(operations=listed), parse=lambda text: _corrections(text, set(operations)),
+        retry_message=lambda text: "Answer with only a JSON object, e.g. {\"archive_note\": {\"entity\": \"note\", "
+                                   "\"kind\": \"write\"}}, or {}.",
+        problem_of=lambda text: f"no JSON object in the answer ({text[:120]!r})", max_retries=max_retries,
+        backoff_s=0.5, max_backoff_s=5.0, timeout_s=120.0, semaphores=LoopSemaphores(1), tally=CallTally(),
+    )  # fmt: skip
+    if fixes is None:
+        return {**profile, "refine_error": problem}
+    changed = []
+    for name, fix in fixes.items():
+        op = dict(operations[name])
+        if all(op.get(key) == value for key, value in fix.items()):
+            continue
+        op.update(fix)
+        op["writes"] = op.get("kind") == "write"
+        operations[name] = op
+        changed.append(name)
+    entities: dict[str, dict[str, Any]] = {k: {**v, "operations": [o for o in v.get("operations", [])
+                                                                   if o not in changed]}
+                                           for k, v in (profile.get("entities") or {}).items()}  # fmt: skip
+    for name in changed:
+        target = entities.setdefault(operations[name]["entity"], {"attributes": [], "operations": []})
+        target["operations"] = sorted({*target["operations"], name})
+    return {**profile, "operations": operations, "entities": dict(sorted(entities.items())), "refined": sorted(changed)}
