@@ -234,16 +234,17 @@ class RolloutTracer(LangChainTracer):
 
     def _shrink(self, run: Any) -> None:
         node = run.run_type == "chain" and run.parent_run_id is not None
+        llm = run.run_type == "llm"
+        once = self.limits.compact_logprobs
         try:
             # On the raw values (no serialization here: the client serializes once, and this runs in the agent's
-            # thread): long lists of node runs are sliced, long strings cut, anything else left as it is.
+            # thread): long lists of node runs are sliced, long strings cut, the token ids and logprobs of earlier
+            # policy messages dropped (each call's own LLM run keeps them), anything else left as it is.
             if run.inputs:
-                run.inputs = bound_payload(run.inputs, self.limits, lists=node)
+                run.inputs = bound_payload(run.inputs, self.limits, lists=node, sampling=not once)
             if run.outputs:
-                outputs = run.outputs
-                if run.run_type == "llm" and self.limits.compact_logprobs:
-                    outputs = compact_llm_outputs(outputs)
-                run.outputs = bound_payload(outputs, self.limits, lists=node)
+                outputs = compact_llm_outputs(run.outputs) if llm and once else run.outputs
+                run.outputs = bound_payload(outputs, self.limits, lists=node, sampling=llm or not once)
         except Exception:  # a payload we cannot bound is sent as it is
             logger.debug("RolloutTracer: could not bound run %s", run.id, exc_info=True)
 
@@ -347,15 +348,16 @@ def annotate_rollouts(
 ) -> int:
     """Put :func:`rollout_metadata` on each traced rollout's root run, and its reward as feedback.
 
-    ``callbacks`` are the rollouts' callbacks: only :class:`RolloutTracer` s among them take part (so
-    with LangSmith off this does nothing). The metadata update is queued on the client (sent in the
-    background); the feedback is written from a daemon thread unless ``background=False``. Returns
-    the number of root runs updated.
+    ``callbacks`` are the rollouts' callbacks: :class:`RolloutTracer` s among them complete each held
+    root (one patch, queued on the client and sent in the background) and write the reward feedback
+    from a daemon thread (``background=False``: now); a ``JsonlTracer`` gets the reward as a line in
+    its feedback file, with the metadata. Anything else is ignored, so with tracing off this does
+    nothing. Returns the number of roots annotated (LangSmith and local).
     """
+    updated = _annotate_local(callbacks, trajectories, advantages, step)
     tracers = _tracers(callbacks)
     if not tracers:
-        return 0
-    updated = 0
+        return updated
     feedback: list[tuple[Any, dict[str, Any]]] = []
     for tracer in tracers:
         for i, trajectory in enumerate(trajectories):
@@ -388,6 +390,28 @@ def annotate_rollouts(
         else:
             _write_feedback(feedback)
     return updated
+
+
+def _annotate_local(callbacks: Any, trajectories: Sequence[Trajectory], advantages: Sequence[Any] | None,
+                    step: int | None) -> int:  # fmt: skip
+    """``JsonlTracer`` s: the reward as a feedback line on each rollout's root, with the rollout metadata."""
+    from .tracing import JsonlTracer
+
+    handlers = getattr(callbacks, "handlers", callbacks) or []
+    done = 0
+    for tracer in (h for h in handlers if isinstance(h, JsonlTracer)):
+        for i, trajectory in enumerate(trajectories):
+            root = tracer.rollout_roots.get(trajectory.id)
+            if root is None or trajectory.reward is None:
+                continue
+            try:
+                meta = rollout_metadata(trajectory, step=step, advantages=advantages[i] if advantages else None)
+                tracer.add_feedback(root, REWARD_FEEDBACK_KEY, float(trajectory.reward),
+                                    value=trajectory.finish_reason, extra={"metadata": meta})  # fmt: skip
+                done += 1
+            except Exception as e:
+                logger.warning("Could not record the reward of %s locally (%s: %s)", trajectory.id, type(e).__name__, e)
+    return done
 
 
 def _write_feedback(items: list[tuple[Any, dict[str, Any]]]) -> tuple[int, int]:

@@ -45,7 +45,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, time
 from pathlib import Path, PurePath
 from typing import IO, Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
 
@@ -57,6 +57,8 @@ __all__ = [
     "bound_payload",
     "build_run_tree",
     "compact_llm_outputs",
+    "feedback_path_for",
+    "read_feedback",
     "langsmith_callbacks",
     "langsmith_enabled",
     "read_runs",
@@ -210,8 +212,19 @@ _OMITTED_KEY = "__omitted__"
 """The marker a bounded list carries in place of the entries left out: ``{"__omitted__": n}``."""
 
 
-def bound_payload(value: Any, limits: TraceLimits, *, lists: bool = True, _depth: int = 0) -> Any:
-    """``value`` (plain JSON) with long lists shortened (``lists=True``) and long strings cut; a new object."""
+_SAMPLING_KEYS = ("logprobs", "prompt_token_ids", "token_ids")
+"""What a policy call's message carries in ``response_metadata`` and its own LLM run already stores."""
+
+
+def bound_payload(
+    value: Any, limits: TraceLimits, *, lists: bool = True, sampling: bool = True, _depth: int = 0
+) -> Any:
+    """``value`` with long lists shortened (``lists=True``) and long strings cut; a new object.
+
+    ``sampling=False`` also drops the token ids and logprobs that earlier policy messages carry in
+    their ``response_metadata`` (a prompt's history, a node's state): each call's own LLM run keeps them
+    once. Other objects are left as they are, except messages holding those fields (a shallow copy).
+    """
     if isinstance(value, str):
         cap = limits.max_string_chars
         if cap and len(value) > cap:
@@ -220,14 +233,25 @@ def bound_payload(value: Any, limits: TraceLimits, *, lists: bool = True, _depth
     if _depth >= _MAX_DEPTH:
         return value
     if isinstance(value, Mapping):
-        return {k: bound_payload(v, limits, lists=lists, _depth=_depth + 1) for k, v in value.items()}
+        out = {k: bound_payload(v, limits, lists=lists, sampling=sampling, _depth=_depth + 1) for k, v in value.items()}
+        meta = out.get("response_metadata")
+        if not sampling and isinstance(meta, Mapping) and any(k in meta for k in _SAMPLING_KEYS):
+            out["response_metadata"] = {k: v for k, v in meta.items() if k not in _SAMPLING_KEYS}
+        return out
     if isinstance(value, list | tuple):
         items = list(value)
         head, tail = limits.head_items, limits.tail_items
         if lists and limits.bounded_lists and len(items) > head + tail + 1:
-            kept = [*items[:head], {_OMITTED_KEY: len(items) - head - tail}, *(items[-tail:] if tail else [])]
-            return [bound_payload(v, limits, lists=lists, _depth=_depth + 1) for v in kept]
-        return [bound_payload(v, limits, lists=lists, _depth=_depth + 1) for v in items]
+            items = [*items[:head], {_OMITTED_KEY: len(items) - head - tail}, *(items[-tail:] if tail else [])]
+        return [bound_payload(v, limits, lists=lists, sampling=sampling, _depth=_depth + 1) for v in items]
+    if not sampling:
+        meta = getattr(value, "response_metadata", None)
+        if isinstance(meta, Mapping) and any(k in meta for k in _SAMPLING_KEYS) and hasattr(value, "model_copy"):
+            try:
+                return value.model_copy(update={"response_metadata": {k: v for k, v in meta.items()
+                                                                      if k not in _SAMPLING_KEYS}})  # fmt: skip
+            except Exception:
+                return value
     return value
 
 
@@ -312,6 +336,8 @@ class JsonlTracer(BaseCallbackHandler):
         append: Append to an existing file instead of truncating it on first write.
         limits: How much of each run's inputs/outputs to keep (:class:`TraceLimits`: node runs keep the
             first and last entries of long lists, strings are capped); LLM runs store their logprobs once.
+        feedback_path: Where :meth:`add_feedback` appends feedback (LangSmith's feedback schema, one JSON
+            line each); default ``<path stem>.feedback.jsonl`` beside the traces.
 
     Example:
         >>> with JsonlTracer("traces.jsonl") as tracer:  # doctest: +SKIP
@@ -331,10 +357,14 @@ class JsonlTracer(BaseCallbackHandler):
         metadata: Mapping[str, Any] | None = None,
         append: bool = False,
         limits: TraceLimits | None = None,
+        feedback_path: str | Path | None = None,
     ) -> None:
         super().__init__()
         self.path = Path(path)
         self.limits = limits if limits is not None else TraceLimits()
+        self.feedback_path = Path(feedback_path) if feedback_path is not None else feedback_path_for(self.path)
+        self.rollout_roots: OrderedDict[str, str] = OrderedDict()
+        """Trajectory id -> the id of the outermost run carrying it (its rollout's root)."""
         self.project = project or "default"
         self.metadata = dict(metadata or {})
         self._lock = threading.Lock()
@@ -374,6 +404,16 @@ class JsonlTracer(BaseCallbackHandler):
         """Runs that started and have not ended yet."""
         with self._lock:
             return len(self._runs)
+
+    def add_feedback(self, run_id: str, key: str, score: float | None, **fields: Any) -> None:
+        """Append one feedback record on ``run_id`` to :attr:`feedback_path` (the local twin of LangSmith's)."""
+        record = {"id": str(uuid4()), "run_id": str(run_id), "key": key, "score": score,
+                  "created_at": _now().isoformat(), **to_jsonable(fields)}  # fmt: skip
+        line = json.dumps(record, ensure_ascii=False)
+        with self._lock:
+            self.feedback_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.feedback_path.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
 
     # ----------------------------------------------------------------- internals
 
@@ -430,6 +470,13 @@ class JsonlTracer(BaseCallbackHandler):
                     parent_order = (parent["trace_id"], parent["dotted_order"])
                 else:
                     parent_order = self._finished_order.get(parent_key)
+            trajectory_id = (
+                run_extra["metadata"].get("trajectory_id") if isinstance(run_extra["metadata"], dict) else None
+            )
+            if trajectory_id and str(trajectory_id) not in self.rollout_roots:
+                self.rollout_roots[str(trajectory_id)] = rid
+                while len(self.rollout_roots) > _FINISHED_ORDER_CAPACITY:
+                    self.rollout_roots.popitem(last=False)
             if parent_order is not None:
                 run["parent_run_id"] = parent_key
                 run["trace_id"] = parent_order[0]
@@ -663,14 +710,16 @@ class JsonlTracer(BaseCallbackHandler):
 
 
 def shrink_run(run: dict[str, Any], limits: TraceLimits) -> dict[str, Any]:
-    """A finished run (plain JSON) as stored: node runs bounded, strings capped, logprobs once."""
+    """A finished run (plain JSON) as stored: node runs bounded, strings capped, token ids and logprobs once."""
     node = run.get("run_type") == "chain" and run.get("parent_run_id") is not None
+    llm = run.get("run_type") == "llm"
     out = dict(run)
     for key in ("inputs", "outputs"):
         value = out.get(key)
-        if key == "outputs" and run.get("run_type") == "llm" and limits.compact_logprobs:
+        own = key == "outputs" and llm  # the call's own sampling record: kept (logprobs once)
+        if own and limits.compact_logprobs:
             value = compact_llm_outputs(value)
-        out[key] = bound_payload(value, limits, lists=node)
+        out[key] = bound_payload(value, limits, lists=node, sampling=own or not limits.compact_logprobs)
     return out
 
 
@@ -681,6 +730,18 @@ def _wrap(value: Any, key: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- reading traces back
+
+
+def feedback_path_for(path: str | Path) -> Path:
+    """Where a :class:`JsonlTracer` writing ``path`` keeps its feedback: ``runs.jsonl`` -> ``runs.feedback.jsonl``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".feedback.jsonl")
+
+
+def read_feedback(path: str | Path) -> list[dict[str, Any]]:
+    """The feedback records beside a trace file (``[]`` when there are none)."""
+    feedback = feedback_path_for(path)
+    return list(read_jsonl(feedback)) if feedback.exists() else []
 
 
 def read_runs(path: str | Path) -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ def test_rollouts_in_langsmith_have_tool_runs_training_metadata_and_reward_feedb
     assert tracer.rollouts and all(r["run"] is not None for r in tracer.rollouts.values())  # held for annotation
     assert [t.reward for t in trajectories] == [1.0] * 4
     advantages = [[0.5], [-0.5], [0.25, 0.75], None]
-    assert annotate_rollouts([local, tracer], trajectories, advantages, step=3, background=False) == 4
+    assert annotate_rollouts([local, tracer], trajectories, advantages, step=3, background=False) == 8  # 4 + 4 local
     client.flush()
 
     # Tool calls are `tool` runs under the `tools` node, locally and in LangSmith, with their observations.
