@@ -1,0 +1,197 @@
+"""Where recorded runs come from: a LangSmith project, a list of run ids, or a local JSONL trace store.
+
+All three yield :class:`RecordedTrace` (the root with nested ``child_runs``, and the root's
+feedback). :class:`TraceFilter` selects traces the same way everywhere: in LangSmith it becomes a
+filter string the server evaluates (``TraceFilter.langsmith_filter()``); for JSONL it is applied
+here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..tracing import build_run_tree, read_feedback, read_runs, to_jsonable
+
+__all__ = ["FeedbackCondition", "RecordedTrace", "TraceFilter", "read_jsonl_traces", "read_langsmith_traces"]
+
+_OPS = {"<=": "lte", ">=": "gte", "<": "lt", ">": "gt", "=": "eq", "!=": "neq"}
+_CHECK = {"lt": float.__lt__, "lte": float.__le__, "gt": float.__gt__, "gte": float.__ge__, "eq": float.__eq__,
+          "neq": float.__ne__}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeedbackCondition:
+    """``key <op> score``, e.g. ``user_score<0.5`` (only thumbs-down runs) or ``correctness=1``."""
+
+    key: str
+    op: str
+    score: float
+
+    @classmethod
+    def parse(cls, text: str) -> FeedbackCondition:
+        m = re.fullmatch(r"\s*([\w.\-]+)\s*(<=|>=|!=|<|>|=)\s*(-?[\d.]+)\s*", text)
+        if m is None:
+            raise ConfigError(f"--feedback {text!r}: write KEY<op>SCORE with op one of < <= > >= = != "
+                              "(e.g. user_score<0.5).")  # fmt: skip
+        return cls(key=m.group(1), op=_OPS[m.group(2)], score=float(m.group(3)))
+
+    def holds(self, feedback: Sequence[Mapping[str, Any]]) -> bool:
+        return any(f.get("key") == self.key and isinstance(f.get("score"), int | float)
+                   and _CHECK[self.op](float(f["score"]), self.score) for f in feedback)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceFilter:
+    """Which recorded traces to read (every condition must hold)."""
+
+    start: datetime | None = None
+    """Traces that started at or after this time."""
+    end: datetime | None = None
+    """Traces that started before this time."""
+    tags: tuple[str, ...] = ()
+    """Tags the root run must carry (all of them)."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """Root-run metadata that must match (compared as text)."""
+    feedback: tuple[FeedbackCondition, ...] = ()
+    """Feedback conditions on the root run."""
+
+    def langsmith_filter(self) -> str | None:
+        """The filter string for ``client.list_runs(filter=...)`` (LangSmith's query language)."""
+        parts = []
+        if self.start is not None:
+            parts.append(f'gte(start_time, "{self.start.isoformat()}")')
+        if self.end is not None:
+            parts.append(f'lt(start_time, "{self.end.isoformat()}")')
+        parts += [f'has(tags, "{t}")' for t in self.tags]
+        parts += [f'and(eq(metadata_key, "{k}"), eq(metadata_value, "{v}"))' for k, v in self.metadata.items()]
+        parts += [f'and(eq(feedback_key, "{c.key}"), {c.op}(feedback_score, {c.score:g}))' for c in self.feedback]
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else f"and({', '.join(parts)})"
+
+    def matches(self, root: Mapping[str, Any], feedback: Sequence[Mapping[str, Any]]) -> bool:
+        start = _time(root.get("start_time"))
+        if self.start is not None and (start is None or start < self.start):
+            return False
+        if self.end is not None and (start is None or start >= self.end):
+            return False
+        if any(t not in (root.get("tags") or []) for t in self.tags):
+            return False
+        meta = (root.get("extra") or {}).get("metadata") or {}
+        if any(str(meta.get(k)) != str(v) for k, v in self.metadata.items()):
+            return False
+        return all(c.holds(feedback) for c in self.feedback)
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(slots=True)
+class RecordedTrace:
+    """One recorded trace: its root run (nested ``child_runs``) and the feedback on the root."""
+
+    root: dict[str, Any]
+    feedback: list[dict[str, Any]] = field(default_factory=list)
+    runs: int = 0
+    """How many runs the trace holds."""
+
+
+def _local_feedback(root: Mapping[str, Any], by_run: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A root's records in the feedback file beside the traces; else a numeric ``reward`` in its metadata."""
+    found = list(by_run.get(str(root["id"]), []))
+    reward = ((root.get("extra") or {}).get("metadata") or {}).get("reward")
+    if not found and isinstance(reward, int | float) and not isinstance(reward, bool):
+        found.append({"key": "reward", "score": float(reward), "run_id": root["id"]})
+    return found
+
+
+def read_jsonl_traces(path: str | Path, trace_filter: TraceFilter | None = None,
+                      limit: int | None = None) -> Iterator[RecordedTrace]:  # fmt: skip
+    """Traces from a ``JsonlTracer`` file (or any JSONL of runs in LangSmith's schema), with the feedback
+    recorded beside it (``runs.feedback.jsonl``, see ``JsonlTracer.add_feedback``)."""
+    runs = read_runs(path)
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for record in read_feedback(path):
+        by_run.setdefault(str(record.get("run_id")), []).append(record)
+    counts: dict[str, int] = {}
+    for run in runs:
+        key = str(run.get("trace_id") or run["id"])
+        counts[key] = counts.get(key, 0) + 1
+    made = 0
+    for root in build_run_tree(runs):
+        if root.get("parent_run_id") is not None:
+            continue  # an orphan: part of a trace whose root is not in the file
+        feedback = _local_feedback(root, by_run)
+        annotated = [
+            f["extra"]["metadata"] for f in feedback if isinstance((f.get("extra") or {}).get("metadata"), dict)
+        ]
+        if annotated:  # what annotate_rollouts put on the root in LangSmith, recorded with the local reward
+            root.setdefault("extra", {}).setdefault("metadata", {})
+            root["extra"]["metadata"] = {**annotated[-1], **(root["extra"]["metadata"] or {})}
+        if trace_filter is not None and not trace_filter.matches(root, feedback):
+            continue
+        yield RecordedTrace(root=root, feedback=feedback, runs=counts.get(str(root.get("trace_id") or root["id"]), 1))
+        made += 1
+        if limit is not None and made >= limit:
+            return
+
+
+def _run_dict(run: Any) -> dict[str, Any]:
+    data = run.model_dump() if hasattr(run, "model_dump") else dict(run)
+    data = to_jsonable(data)
+    for key in ("id", "trace_id", "parent_run_id", "session_id", "reference_example_id"):
+        if data.get(key) is not None:
+            data[key] = str(data[key])
+    return data
+
+
+def read_langsmith_traces(
+    client: Any,
+    *,
+    project: str | None = None,
+    run_ids: Sequence[str] = (),
+    trace_filter: TraceFilter | None = None,
+    limit: int | None = None,
+) -> Iterator[RecordedTrace]:
+    """Traces from LangSmith: the root runs of ``project`` passing ``trace_filter``, or the traces of ``run_ids``."""
+    if project is None and not run_ids:
+        raise ConfigError("Name a LangSmith project (--project) or run ids (--run-ids) to read.")
+    if run_ids:
+        trace_ids: list[str] = []
+        for run in client.list_runs(run_ids=list(run_ids)):
+            if str(run.trace_id) not in trace_ids:
+                trace_ids.append(str(run.trace_id))
+        wanted = [(trace_id, None) for trace_id in trace_ids]
+    else:
+        filter_text = trace_filter.langsmith_filter() if trace_filter is not None else None
+        found = client.list_runs(project_name=project, is_root=True, filter=filter_text, limit=limit)
+        wanted = [(str(r.trace_id or r.id), r.session_id) for r in found]
+    for count, (trace_id, session_id) in enumerate(wanted):
+        if limit is not None and count >= limit:
+            return
+        kwargs: dict[str, Any] = {"trace_id": trace_id}
+        if session_id is not None:
+            kwargs["project_id"] = session_id
+        elif project is not None:
+            kwargs["project_name"] = project
+        runs = [_run_dict(r) for r in client.list_runs(**kwargs)]
+        roots = [r for r in build_run_tree(runs) if r.get("parent_run_id") is None]
+        if not roots:
+            continue
+        root = roots[0]
+        feedback = [_run_dict(f) for f in client.list_feedback(run_ids=[root["id"]])]
+        if trace_filter is not None and run_ids and not trace_filter.matches(root, feedback):
+            continue
+        yield RecordedTrace(root=root, feedback=feedback, runs=len(runs))
