@@ -348,7 +348,7 @@ class ToolsEnvironment(Environment):
         return state, tools, schemas
 
     def reset(self, task: Task) -> Observation:
-        scorable = task.source == "synthetic" and bool(task.reference_solution)  # by its reference's state
+        scorable = task.source in ("synthetic", "trace") and bool(task.reference_solution)  # by its reference's state
         if self._checker is None and self._answer_key not in task.metadata and not scorable:
             raise EnvironmentFailure(
                 f"Task {task.id!r} has no metadata[{self._answer_key!r}] and the environment has no checker, "
@@ -484,7 +484,7 @@ class ToolsEnvironment(Environment):
 
     def evaluate(self) -> float:
         task = self._require_reset()
-        if task.source == "synthetic" and task.reference_solution:
+        if task.source in ("synthetic", "trace") and task.reference_solution:  # self-questioning, ingested traces
             return self._reference_state_score(task)
         if self._checker is None:
             return 1.0 if answer_matches(self._final_answer, str(task.metadata[self._answer_key])) else 0.0
