@@ -159,3 +159,17 @@ def test_world_records_hold_only_scalars_so_clone_is_a_deep_copy():
         twin.contacts[next(iter(twin.contacts))]["name"] = "changed"
         twin.viewed.add("x")
         assert twin != world
+
+
+def test_the_validation_split_is_carved_from_the_training_stream_far_from_the_seed_tasks():
+    from env_tools.sandbox import SandboxEnvironment
+    from env_tools.sandbox.tasks import VALIDATION_START
+
+    env = SandboxEnvironment()
+    validation, train, test = (env.list_tasks(s) for s in ("validation", "train", "test"))
+    assert len(validation) == 75 and validation[0].id == f"sandbox-train-{VALIDATION_START:05d}"
+    assert not {t.id for t in validation} & {t.id for t in train} and all(
+        t.metadata["split"] == "train" for t in validation
+    )
+    assert {t.metadata["level"] for t in validation} == {1, 2, 3}
+    assert {t.query for t in validation}.isdisjoint({t.query for t in test})

@@ -9,7 +9,9 @@ paying, book then tell someone the flight id, cancel then pay the refund on).
 ``generate_tasks(split, n)`` is an endless, deterministic stream per split: the train and test
 streams draw worlds from disjoint seed ranges, so held-out tasks are new combinations of the
 same names, cities and titles with fresh ids and numbers. ``seed_tasks(split)`` is the fixed
-prefix used as the seed task set (180 train, 75 test).
+prefix used as the seed task set (180 train, 75 test). The ``validation`` split is carved from the
+training stream far past anything trained on (75 tasks from index 200,000, ids
+``sandbox-train-2000xx``): choose settings on it, never on ``test``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from langgraph_evolver.types import Task, ToolCall
 
 from .world import DATES, EVENT_TITLES, FIRST_NAMES, MESSAGE_TEXTS, TIMES, World
 
-__all__ = ["LEVELS", "SPLIT_SIZES", "TEMPLATES", "generate_tasks", "seed_tasks"]
+__all__ = ["LEVELS", "SPLIT_SIZES", "TEMPLATES", "VALIDATION_START", "generate_tasks", "seed_tasks"]
 
 SPLIT_BASE_SEED = {"train": 0, "test": 50_000_000}
-SPLIT_SIZES = {"train": 180, "test": 75}
+SPLIT_SIZES = {"train": 180, "validation": 75, "test": 75}
+VALIDATION_START = 200_000
+"""The validation split: training-stream tasks from this index on (the warm start and RL use far fewer)."""
 CANT_COME = "I can't come"
 PAY_LATER = "pay you later"
 
@@ -230,6 +234,8 @@ def make_task(split: str, index: int, template: str | None = None) -> Task:
 
 def generate_tasks(split: str, n: int, *, start: int = 0) -> list[Task]:
     """``n`` tasks of ``split`` starting at ``start``, cycling through the templates."""
+    if split == "validation":
+        return [make_task("train", i) for i in range(VALIDATION_START + start, VALIDATION_START + start + n)]
     return [make_task(split, i) for i in range(start, start + n)]
 
 
