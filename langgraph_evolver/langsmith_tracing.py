@@ -506,3 +506,39 @@ def _dataset(client: Any, name: str, description: str) -> Any:
 
 def _dotted(start: datetime, run_id: UUID) -> str:
     return start.strftime("%Y%m%dT%H%M%S%fZ") + str(run_id)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m langgraph_evolver.langsmith_tracing --dataset NAME before=DIR after=DIR``: evaluations
+    (``trainers.grpo``'s ``eval_before/``, ``eval_after/``, or ``trainers.evaluate --output-dir``) as a
+    LangSmith dataset of their held-out tasks and one experiment per checkpoint."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from .types import read_jsonl
+
+    parser = argparse.ArgumentParser(prog="python -m langgraph_evolver.langsmith_tracing", description=main.__doc__)
+    parser.add_argument(
+        "--dataset", required=True, help="LangSmith dataset of the held-out tasks (reused if it exists)"
+    )
+    parser.add_argument(
+        "checkpoints", nargs="+", metavar="NAME=DIR", help="an evaluation folder with trajectories.jsonl"
+    )
+    args = parser.parse_args(argv)
+    evaluations: dict[str, list[Trajectory]] = {}
+    for item in args.checkpoints:
+        name, sep, folder = item.partition("=")
+        if not sep:
+            parser.error(f"{item!r}: write NAME=DIR")
+        evaluations[name] = list(read_jsonl(Path(folder) / "trajectories.jsonl", Trajectory))
+    tasks = list({t.task.id: t.task for runs in evaluations.values() for t in runs}.values())
+    print(json.dumps(write_evaluation_experiments(tasks, evaluations, dataset_name=args.dataset)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -173,6 +173,21 @@ def test_evaluations_become_a_dataset_and_one_experiment_per_checkpoint(fake):
     assert again["dataset_id"] == dataset["id"] and len(fake.examples) == 3 and again["runs"] == 4
 
 
+def test_evaluation_folders_become_experiments_from_the_command_line(fake, tmp_path, monkeypatch, capsys):
+    from langgraph_evolver import langsmith_tracing
+    from langgraph_evolver.types import write_jsonl
+
+    tasks = sandbox_tasks(2)
+    graph = create_agent_graph(ReferencePolicy(tasks))
+    for name in ("eval_before", "eval_after"):  # what trainers.grpo leaves in its output folder
+        write_jsonl(tmp_path / name / "trajectories.jsonl", run_rollouts(graph, tasks, n=2))
+    monkeypatch.setattr(langsmith_tracing, "_CLIENT", client_for(fake))
+    assert langsmith_tracing.main(["--dataset", "held-out", f"before={tmp_path / 'eval_before'}",
+                                   f"after={tmp_path / 'eval_after'}"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["examples"] == 2 and summary["runs"] == 8 and set(summary["experiments"]) == {"before", "after"}
+
+
 # --------------------------------------------------------------------------- LangSmith down or slow
 
 _TRAINING_SCRIPT = textwrap.dedent(
