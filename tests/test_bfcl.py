@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import random
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -79,10 +80,14 @@ def live_instances() -> list[str]:
 
 # -- oracle ------------------------------------------------------------------------------------------
 def test_oracle_replay_of_every_entry_scores_one():
+    from env_tools.bfcl._data import _entries
+
     env = BFCLEnvironment()
     tasks = list(all_tasks().values())
+    cached = {c: json.dumps(_entries(c), sort_keys=True) for c in CATEGORIES}
     scores = {t.id: replay(env, t, turns_of(t.id)) for t in tasks}
     env.close()
+    assert {c: json.dumps(_entries(c), sort_keys=True) for c in CATEGORIES} == cached  # entries are shared, read only
     failed = {k: v for k, v in scores.items() if v != 1.0}
     print(f"oracle replay: {len(tasks) - len(failed)}/{len(tasks)}")
     assert len(tasks) == 800 and {t.metadata["category"] for t in tasks} == set(CATEGORIES)

@@ -31,6 +31,7 @@ __all__ = [
     "ground_truth",
     "parse_call",
     "reference_turns",
+    "shared_entry",
     "tool_schema",
 ]
 
@@ -78,15 +79,20 @@ def _category_of(entry_id: str) -> str:
     return prefix.removeprefix("multi_turn_")
 
 
+def shared_entry(entry_id: str) -> dict[str, Any]:
+    """The cached BFCL entry ``entry_id`` itself: read it, never change it (``entry`` gives a copy)."""
+    found = _entries(_check_category(_category_of(entry_id))).get(entry_id)
+    if found is None:
+        raise ConfigError(f"No BFCL entry {entry_id!r}.")
+    return found
+
+
 def entry(entry_id: str) -> dict[str, Any]:
     """The BFCL entry ``entry_id`` (``multi_turn_base_0``): question turns, initial config, functions, ...
 
     A deep copy: callers may change it without touching the cached one.
     """
-    found = _entries(_check_category(_category_of(entry_id))).get(entry_id)
-    if found is None:
-        raise ConfigError(f"No BFCL entry {entry_id!r}.")
-    return copy.deepcopy(found)
+    return copy.deepcopy(shared_entry(entry_id))
 
 
 def ground_truth(entry_id: str) -> list[list[str]]:

@@ -35,7 +35,7 @@ from env_tools.base import Environment
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
 
-from ._data import CATEGORIES, _methods, bfcl, bfcl_tasks, entry, tool_schema
+from ._data import CATEGORIES, _methods, bfcl, bfcl_tasks, shared_entry, tool_schema
 
 __all__ = ["BFCLEnvironment", "call_string"]
 
@@ -86,7 +86,7 @@ class BFCLEnvironment(Environment):
 
     def reset(self, task: Task) -> Observation:
         self.close()
-        e = entry(task.id)
+        e = shared_entry(task.id)  # read only: the backends deep-copy its initial config, the checker only reads
         self._entry = e
         self._category = task.id.removeprefix("multi_turn_").rpartition("_")[0]
         self._key = f"evolver_{uuid.uuid4().hex}"  # this rollout's own backend instances
