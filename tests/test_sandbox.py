@@ -172,4 +172,4 @@ def test_the_validation_split_is_carved_from_the_training_stream_far_from_the_se
         t.metadata["split"] == "train" for t in validation
     )
     assert {t.metadata["level"] for t in validation} == {1, 2, 3}
-    assert {t.query for t in validation}.isdisjoint({t.query for t in test})
+    assert {t.id for t in validation}.isdisjoint({t.id for t in test})
