@@ -15,7 +15,9 @@ tiny policy was trained with:
   unknown tool, wrong arguments) get the environment's exact error observation and the rollout
   goes on; an unparseable ``<tool_call>`` block gets a feedback turn saying how to write a call.
 
-Stops when the model answers without tool calls or after ``max_turns`` LLM calls.
+Stops when the model answers without tool calls or after ``max_turns`` LLM calls. A multi-turn
+environment answers the answer with its next user message; the rollout runner then invokes the
+graph again on its final state plus that message (``arun_episode``), so ``max_turns`` is per user turn.
 
 The module-level ``graph`` (served by ``langgraph dev`` as ``agent``) runs this agent on a task end to
 end (``langgraph_evolver/episode.py``): input ``{"task_id": "sandbox-test-00003", "env": "sandbox"}`` or
@@ -145,7 +147,7 @@ def create_agent_graph(
         context_template: How history becomes each prompt: ``causal``, ``reasoning``, ``sliding``,
             ``managing`` (adds the ``manage_context`` node) or a callable.
         context_options: The template's options, e.g. ``{"window": 2}`` for ``sliding``.
-        max_turns: Maximum policy calls per run (context-management calls not counted).
+        max_turns: Maximum policy calls per run, i.e. per user turn (context-management calls not counted).
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
