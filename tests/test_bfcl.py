@@ -360,3 +360,15 @@ def test_evaluate_selects_categories_and_reports_each():
     out = summarize(trajs, k=2)
     assert out["base"]["avg@2"] == 0.5 and out["base"]["best@2"] == 1.0 and out["miss_param"]["avg@2"] == 0.0
     assert out["base"]["context_overflow"] == out["context_overflow"] == 0.5
+
+
+def test_a_create_agent_factory_runs_every_user_turn():
+    from langchain.agents import create_agent
+
+    def build(model: Any, tools: list) -> Any:  # a user's own agent: rebuilt when miss_func adds tools
+        return create_agent(model, tools)
+
+    tasks = [all_tasks()[i] for i in ("multi_turn_base_0", "multi_turn_miss_func_0")]
+    trajs = asyncio.run(arun_rollouts(build, tasks, n=2, policy=BFCLOracle(), max_turns=20))
+    assert [t.reward for t in trajs] == [1.0] * 4, [(t.errors, t.metadata.get("evaluation")) for t in trajs]
+    assert [t.metadata["user_turns"] for t in trajs] == [t.task.metadata["user_turns"] for t in trajs]
