@@ -255,7 +255,12 @@ def find_task(task_id: str, env: str | None = None) -> Task:
     """The task ``task_id`` of environment ``env`` (any registered environment when ``None``)."""
     names = [env] if env else list_environments()
     for name in names:
-        instance = load_environment(name)
+        try:
+            instance = load_environment(name)
+        except ConfigError:  # a registered environment whose package is not installed (bfcl without bfcl-eval)
+            if env:
+                raise
+            continue
         try:
             for split in ("train", "test"):
                 try:
