@@ -44,31 +44,44 @@ async def rollouts(agent, tasks, *, policy, k, navigator=None, guided=False, pro
                                guided=[guided] * (len(tasks) * k), max_turns=10, progress=progress)  # fmt: skip
 
 
-def summary(trajectories, name: str) -> dict[str, float]:
-    """avg@k and success (reward 1) with their standard errors over tasks (the k samples of a task averaged)."""
+def rewards_by_task(trajectories) -> dict[str, list[float]]:
     by_task: dict[str, list[float]] = {}
     for traj in trajectories:
         by_task.setdefault(traj.task.id, []).append(traj.reward or 0.0)
+    return by_task
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+    return round(statistics.fmean(values), 4), round(se, 4)
+
+
+def summary(by_task: dict[str, list[float]], name: str) -> dict[str, float]:
+    """avg@k and success (reward 1) with their standard errors over tasks (the k samples of a task averaged)."""
     out = {}
     for key, value in (("avg", lambda r: r), ("success", lambda r: float(r >= 1.0))):
-        means = [statistics.fmean(value(r) for r in rs) for rs in by_task.values()]
-        se = statistics.stdev(means) / len(means) ** 0.5 if len(means) > 1 else 0.0
-        out[f"{name}_{key}"], out[f"{name}_{key}_stderr"] = round(statistics.fmean(means), 4), round(se, 4)
+        out[f"{name}_{key}"], out[f"{name}_{key}_stderr"] = _mean_se(
+            [statistics.fmean(map(value, rs)) for rs in by_task.values()]
+        )
     return out
 
 
-def paired(unguided, guided) -> dict[str, float]:
-    by_task: dict[str, list[list[float]]] = {}
-    for traj in unguided:
-        by_task.setdefault(traj.task.id, [[], []])[0].append(traj.reward or 0.0)
-    for traj in guided:
-        by_task[traj.task.id][1].append(traj.reward or 0.0)
-    out = {}
+def paired(unguided: dict[str, list[float]], guided: dict[str, list[float]]) -> dict[str, float]:
+    """Guided minus unguided, paired by task (the tasks both arms ran); standard errors over tasks."""
+    tasks = [t for t in guided if t in unguided]
+    out: dict[str, float] = {"paired_tasks": len(tasks)}
     for key, value in (("gain", lambda r: r), ("success_gain", lambda r: float(r >= 1.0))):
-        diffs = [statistics.fmean(map(value, g)) - statistics.fmean(map(value, u)) for u, g in by_task.values()]
-        stderr = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
-        out[key], out[f"{key}_stderr"] = round(statistics.fmean(diffs), 4), round(stderr, 4)
+        diffs = [statistics.fmean(map(value, guided[t])) - statistics.fmean(map(value, unguided[t])) for t in tasks]
+        out[key], out[f"{key}_stderr"] = _mean_se(diffs)
     return out
+
+
+def combine(unguided_path: Path, guided_path: Path) -> dict:
+    """The figures of two one-arm runs (``--arms unguided`` and ``--arms guided``) of one model."""
+    u, g = json.loads(unguided_path.read_text()), json.loads(guided_path.read_text())
+    ru, rg = u["rewards"]["unguided"], g["rewards"]["guided"]
+    samples = {"unguided_samples": sum(map(len, ru.values())), "guided_samples": sum(map(len, rg.values()))}
+    return {"model": u["model"], **samples, **summary(ru, "unguided"), **summary(rg, "guided"), **paired(ru, rg)}
 
 
 async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dict:
@@ -103,16 +116,24 @@ async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dic
                 "pool_dir": str(args.pool_dir),
             }
         navigator = Navigator(pool, top_k=args.top_k)
-        unguided = await rollouts(agent, test, policy=policy, k=k, progress="held-out, unguided")
-        guided = await rollouts(agent, test, policy=policy, k=k, navigator=navigator, guided=True,
-                                progress="held-out, guided")  # fmt: skip
+        runs = {}
+        if args.arms in ("both", "unguided"):
+            runs["unguided"] = await rollouts(agent, test, policy=policy, k=k, progress="held-out, unguided")
+        if args.arms in ("both", "guided"):
+            runs["guided"] = await rollouts(agent, test, policy=policy, k=k, navigator=navigator, guided=True,
+                                            progress="held-out, guided")  # fmt: skip
     finally:
         await policy.aclose()
-    return {"model": model, "split": args.split, "train_rollouts": len(seen), "experiences": len(pool),
-            "top_k": args.top_k, "held_out_tasks": len(test), "k": k,
-            **summary(unguided, "unguided"), **summary(guided, "guided"), **paired(unguided, guided),
-            "retrieved_share": round(sum(bool(t.experience_ids) for t in guided) / len(guided), 3),
-            "pool_dir": str(args.pool_dir)}  # fmt: skip
+    rewards = {arm: rewards_by_task(trajs) for arm, trajs in runs.items()}
+    figures = {"model": model, "split": args.split, "train_rollouts": len(seen), "experiences": len(pool),
+               "top_k": args.top_k, "held_out_tasks": len(test), "k": k}  # fmt: skip
+    for arm, by_task in rewards.items():
+        figures.update(summary(by_task, arm))
+    if len(rewards) == 2:
+        figures.update(paired(rewards["unguided"], rewards["guided"]))
+    if "guided" in runs:
+        figures["retrieved_share"] = round(sum(bool(t.experience_ids) for t in runs["guided"]) / len(runs["guided"]), 3)
+    return {**figures, "pool_dir": str(args.pool_dir), "rewards": rewards}
 
 
 def main() -> None:
@@ -129,8 +150,14 @@ def main() -> None:
                    help="held-out test split, or validation tasks carved from the training split")  # fmt: skip
     p.add_argument("--n-test", type=int, help="tasks to evaluate (default 75, --quick 30)")
     p.add_argument("--k", type=int, help="samples per task each way (default 4, --quick 2)")
-    p.add_argument("--out", type=Path, help="also write the JSON figures here")
+    p.add_argument("--out", type=Path, help="also write the JSON figures (with every task's rewards) here")
+    p.add_argument("--arms", choices=["both", "unguided", "guided"], default="both", help="which arms to run")
+    p.add_argument("--combine", nargs=2, type=Path, metavar=("UNGUIDED_JSON", "GUIDED_JSON"),
+                   help="print the figures of two one-arm --out files (paired on shared tasks) and stop")  # fmt: skip
     args = p.parse_args()
+    if args.combine:
+        print(json.dumps(combine(*args.combine)))
+        return
     if args.base_url:
         figures = asyncio.run(main_async(args, args.base_url, args.model))
     else:
@@ -150,7 +177,7 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(figures, indent=2))
-    print(json.dumps(figures))
+    print(json.dumps({k: v for k, v in figures.items() if k != "rewards"}))
 
 
 if __name__ == "__main__":
