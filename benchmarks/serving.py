@@ -14,8 +14,9 @@ the machine hits them alike. Variants:
 - ``cache_only``: plus the prefix cache (``--kv-spare-columns 0``);
 - ``new``: today's server as it starts by default: plus the batch KV cache growing in place.
 
-Sampling is random, so each variant's rollouts differ; the prompt and completion token counts are
-reported per variant to show the workloads match. Ends with one JSON line: per variant
+Sampling is at temperature 1 with a seed per request (``_SeedingTransport``), so every variant
+samples the same trajectories; the prompt and completion token counts are reported per variant
+to show that the workloads match. Ends with one JSON line: per variant
 ``rollouts_per_s`` and ``generated_tokens_per_s`` (completion tokens of all calls / wall time),
 from the server's ``/metrics`` the seconds it spent in prefills and decode steps,
 ``prefill_tokens_saved`` (prompt tokens not run through the model), ``prefix_cache_hit_rate``;
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -108,18 +110,59 @@ class _Server:
         self.log.close()
 
 
-def _run_variant(variant: str, tasks: list, args: argparse.Namespace, baseline_src: Path | None, out: Path) -> dict:
-    from trainers.evaluate import evaluate_endpoint
+class _SeedingTransport(httpx.AsyncHTTPTransport):
+    """Gives every chat request a seed: the hash of its body and how often that body came before.
 
+    The rollouts of one task send the same first prompt; the i-th copy gets the i-th seed, so the
+    group's rollouts still differ, and every variant samples the same set of trajectories (up to
+    float rounding) whichever order the requests arrive in: the variants get the same work.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, int] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat/completions"):
+            body = json.loads(await request.aread())
+            key = json.dumps(_without_call_ids(body), sort_keys=True)
+            copy = self._seen[key] = self._seen.get(key, -1) + 1
+            body["seed"] = int(hashlib.sha256(f"{copy}:{key}".encode()).hexdigest()[:12], 16)
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+            request = httpx.Request(request.method, request.url, headers=headers, json=body)
+        return await super().handle_async_request(request)
+
+
+def _without_call_ids(value: Any) -> Any:
+    """``value`` without tool-call ids (random per response, so they would make every seed differ)."""
+    if isinstance(value, dict):
+        return {k: _without_call_ids(v) for k, v in value.items() if k not in ("id", "tool_call_id")}
+    if isinstance(value, list):
+        return [_without_call_ids(v) for v in value]
+    return value
+
+
+async def _rollouts(tasks: list, base_url: str, k: int) -> list:
+    """The demo's rollouts (``evaluate_endpoint``'s agent and settings) with seeded requests."""
+    from graphs.agent import reference_agent
+    from langgraph_evolver.chat_model import PolicyChatModel
+    from langgraph_evolver.rollout import arun_rollouts
+
+    limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
+    async with httpx.AsyncClient(transport=_SeedingTransport(), timeout=600, limits=limits) as client:
+        policy = PolicyChatModel(base_url=base_url, model="policy", temperature=1.0, max_tokens=128, max_retries=1,
+                                 http_async_client=client)  # fmt: skip
+        return await arun_rollouts(reference_agent(max_turns=10), tasks, n=k, policy=policy, concurrency=64,
+                                   progress=False, max_turns=10)  # fmt: skip
+
+
+def _run_variant(variant: str, tasks: list, args: argparse.Namespace, baseline_src: Path | None, out: Path) -> dict:
     server = _Server(variant, args.model, args.threads, baseline_src, out / f"{variant}.log")
     try:
         warmup = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         httpx.post(server.url + "/v1/chat/completions", json=warmup, timeout=120).raise_for_status()
         t0 = time.perf_counter()
-        trajectories = asyncio.run(
-            evaluate_endpoint(tasks, base_url=server.url + "/v1", model="policy", k=args.k, temperature=1.0,
-                              max_tokens=128, max_turns=10, concurrency=64, progress=False)
-        )  # fmt: skip
+        trajectories = asyncio.run(_rollouts(tasks, server.url + "/v1", args.k))
         wall = time.perf_counter() - t0
         metrics = server.metrics()
     finally:

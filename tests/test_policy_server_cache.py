@@ -262,3 +262,19 @@ def test_kv_growing_in_place_matches_concatenation(dirs: dict[str, Path]) -> Non
     for want, got in zip(_joined_run(concat, prompts), _joined_run(grown, prompts), strict=True):
         assert got.token_ids == want.token_ids
         assert_close(got.logprobs, want.logprobs, ROUNDING)
+
+
+def test_the_lean_decode_step_matches_transformers_forward(dirs: dict[str, Path]) -> None:
+    lean = PolicyEngine(dirs["base"], prefix_cache=PrefixCache(block_size=8))
+    plain = PolicyEngine(dirs["base"], prefix_cache=PrefixCache(block_size=8), lean_decode=False)
+    assert lean.lean_decoder is not None and plain.lean_decoder is None
+    for engine in (lean, plain):  # and with a LoRA adapter on q/v
+        engine.load_adapter("a1", str(dirs["a1"]))
+    prompts = _conversation(lean, 4)
+    for model in (None, "a1"):
+        for params in (SamplingParams(temperature=0, max_tokens=16), SamplingParams(seed=3, max_tokens=16)):
+            for want, got in zip(_run(plain, prompts, params, model), _run(lean, prompts, params, model), strict=True):
+                assert got.token_ids == want.token_ids
+                assert_close(got.logprobs, want.logprobs, ROUNDING)
+    for want, got in zip(_joined_run(plain, prompts), _joined_run(lean, prompts), strict=True):
+        assert got.token_ids == want.token_ids

@@ -18,10 +18,23 @@ Endpoints:
   ``response_format``, ``temperature`` (1.0; 0 = greedy), ``top_p``, ``max_tokens`` /
   ``max_completion_tokens``, ``n``, ``seed``, ``stop``, ``logprobs``, ``top_logprobs``,
   ``return_token_ids``, and vLLM's extras ``stop_token_ids``, ``ignore_eos``,
-  ``skip_special_tokens``, ``return_tokens_as_token_ids``.
-- ``GET /v1/models`` (base model and loaded adapters), ``GET /health``.
-- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}``,
-  ``POST /v1/unload_lora_adapter`` ``{"lora_name"}`` (200 plain text, as vLLM).
+  ``skip_special_tokens``, ``return_tokens_as_token_ids``. Every response carries
+  ``system_fingerprint``: the version that sampled it (a LoRA adapter's name, or the base
+  weights' version: "base" until ``/update_weights_from_disk`` sets one), and
+  ``usage.prompt_tokens_details.cached_tokens`` (prompt tokens served from the prefix cache).
+- ``GET /v1/models`` (base model and loaded adapters), ``GET /health``, ``GET /metrics``
+  (Prometheus text: requests, tokens, prefill tokens computed / saved, prefix-cache hit rate).
+- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``, ``POST /v1/unload_lora_adapter``
+  ``{"lora_name"}`` (200 plain text, as vLLM). Loading a loaded name again from the same,
+  unchanged directory is a no-op (200); another path or changed files replace the adapter.
+- ``POST /update_weights_from_disk`` ``{"model_path", "version"}`` (SGLang's route): serve the base
+  weights of another ``save_pretrained`` directory of the same architecture; answers
+  ``{"success": true, "version": ...}``, or 400 with the old weights still serving.
+
+Prefix caching (on; ``--no-enable-prefix-caching`` turns it off): the KV of every full block of
+16 prompt tokens (and of prompt + completion when a row ends) is kept, per adapter, and a prompt
+is prefilled only past its longest cached prefix (``trainers.serving.cache``); new weights or a
+replaced adapter drop the affected blocks.
 
 Errors are ``{"error": {"message", "type", "param", "code"}}`` with 400 (bad body, prompt too
 long), 404 (unknown model or adapter, missing adapter path) or 500; a failing request never
@@ -120,6 +133,7 @@ def create_app(
     prefix_cache_block_size: int = 16,
     prefix_cache_max_tokens: int = 65536,
     kv_spare_columns: int = 64,
+    lean_decode: bool = True,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
@@ -140,6 +154,7 @@ def create_app(
         seed=seed,
         prefix_cache=cache,
         kv_spare_columns=kv_spare_columns,
+        lean_decode=lean_decode,
     )
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
     token_text = TokenText(engine.tokenizer)

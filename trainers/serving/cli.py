@@ -44,6 +44,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="decode steps a batch's KV cache grows in place before one copy to a bigger buffer (0: concatenate "
         "at every step, as transformers does)",
     )
+    p.add_argument(
+        "--lean-decode",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decode steps of Qwen2/Llama models without transformers' forward wrappers (same modules, same "
+        "results, less overhead); --no-lean-decode keeps transformers' forward",
+    )
     p.add_argument("--prefix-cache-block-size", type=int, default=16, help="tokens per cached block")
     p.add_argument(
         "--prefix-cache-max-tokens", type=int, default=65536, help="cached tokens at most, least recently used evicted"
@@ -69,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         prefix_cache_block_size=args.prefix_cache_block_size,
         prefix_cache_max_tokens=args.prefix_cache_max_tokens,
         kv_spare_columns=args.kv_spare_columns,
+        lean_decode=args.lean_decode,
     )
     engine: PolicyEngine = app.state.engine
     logger.info(

@@ -20,6 +20,7 @@ import torch
 
 from .cache import PrefillStats, PrefixCache
 from .errors import GenerationError, UnknownModelError
+from .forward import LeanDecoder
 from .kv import new_batch_cache, row_kv, stack_prefixes
 from .sampling import Completion, SamplingParams, sample
 from .weights import delete_adapter, directory_stamp, load_adapter, load_base_weights
@@ -83,6 +84,8 @@ class PolicyEngine:
             turns it off. Prompts prefilled together are always run once per distinct prompt.
         kv_spare_columns: decode steps a batch's KV cache grows in place before it is copied to a
             bigger buffer (``kv.GrowableLayer``); 0 concatenates at every step, as transformers does.
+        lean_decode: run decode steps through ``forward.LeanDecoder`` when the model is one it
+            supports (Qwen2, Llama); False keeps transformers' forward.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class PolicyEngine:
         seed: int = 0,
         prefix_cache: PrefixCache | None = None,
         kv_spare_columns: int = 64,
+        lean_decode: bool = True,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -125,6 +129,8 @@ class PolicyEngine:
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.prefix_cache = prefix_cache if self.can_join else None
         self.kv_spare_columns = kv_spare_columns
+        self.lean_decoder = LeanDecoder(self.model) if lean_decode and LeanDecoder.supports(self.model) else None
+        """Decode steps without transformers' wrappers (``forward.LeanDecoder``); None: the model's forward."""
         self.prefill_stats = PrefillStats()
 
     # -- models and adapters ---------------------------------------------------------------
@@ -274,6 +280,8 @@ class PolicyEngine:
         self._activate(batch.model)
         positions = batch.mask.sum(-1, keepdim=True)
         batch.mask = torch.cat([batch.mask, torch.ones((len(batch.rows), 1), dtype=torch.long)], dim=1)
+        if self.lean_decoder is not None:
+            return self._advance(batch, self.lean_decoder(batch.next_tokens, batch.mask, positions, batch.cache))
         out = self.model(
             input_ids=batch.next_tokens[:, None],
             attention_mask=batch.mask,
