@@ -9,10 +9,11 @@ the machine hits them alike. Variants:
 
 - ``baseline``: the server as it was before these changes (``--baseline-ref``, default the
   commit before them), exported with ``git archive`` and run from a temporary directory;
-- ``no_cache``: today's server with ``--no-enable-prefix-caching --kv-spare-columns 0``: only
-  the first lever, each distinct prompt of a prefill is run once;
-- ``cache_only``: plus the prefix cache (``--kv-spare-columns 0``);
-- ``new``: today's server as it starts by default: plus the batch KV cache growing in place.
+- ``no_cache``: today's server with ``--no-enable-prefix-caching --kv-spare-columns 0
+  --no-lean-decode``: only the first lever, each distinct prompt of a prefill is run once;
+- ``cache_only``: plus the prefix cache (``--kv-spare-columns 0 --no-lean-decode``);
+- ``new``: today's server as it starts by default: plus the batch KV cache growing in place
+  (``kv.GrowableLayer``) and the lean decode step (``forward.LeanDecoder``).
 
 Sampling is at temperature 1 with a seed per request (``_SeedingTransport``), so every variant
 samples the same trajectories; the prompt and completion token counts are reported per variant
@@ -53,8 +54,8 @@ BASELINE_REF = "6b1dd1f"
 """The last commit before the serving subpackage and its prefix cache."""
 VARIANTS: dict[str, list[str]] = {
     "baseline": [],
-    "no_cache": ["--no-enable-prefix-caching", "--kv-spare-columns", "0"],
-    "cache_only": ["--kv-spare-columns", "0"],
+    "no_cache": ["--no-enable-prefix-caching", "--kv-spare-columns", "0", "--no-lean-decode"],
+    "cache_only": ["--kv-spare-columns", "0", "--no-lean-decode"],
     "new": [],
 }
 """Each variant's extra server flags (``baseline`` runs the old code with no extra flag)."""

@@ -239,15 +239,19 @@ def test_metrics_report_the_prefill_tokens_saved(served) -> None:
 
 
 def _joined_run(engine: PolicyEngine, prompts: list[list[int]]) -> list:
-    """Half the prompts decode a few steps, then the rest join the batch; every row to the end."""
-    greedy = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
-    first = [engine.new_row(p, greedy) for p in prompts[::2]]
-    later = [engine.new_row(p, greedy) for p in prompts[1::2]]
+    """Half the prompts decode a few steps, then the rest join the batch; rows end one by one (select, trim)."""
+
+    def greedy(i: int) -> SamplingParams:
+        return SamplingParams(temperature=0, max_tokens=6 + 5 * i, ignore_eos=True)
+
+    first = [engine.new_row(p, greedy(i)) for i, p in enumerate(prompts[::2])]
+    later = [engine.new_row(p, greedy(i + 2)) for i, p in enumerate(prompts[1::2])]
     model = engine.served_model_name
     with torch.inference_mode():
         batch, _ = engine.prefill(first, model)
         for _ in range(3):
             batch, _ = engine.decode(batch)
+        assert batch is not None
         new, _ = engine.prefill(later, model)
         batch = engine.join(batch, new)
         while batch is not None:

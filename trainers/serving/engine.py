@@ -21,7 +21,7 @@ import torch
 from .cache import PrefillStats, PrefixCache
 from .errors import GenerationError, UnknownModelError
 from .forward import LeanDecoder
-from .kv import new_batch_cache, row_kv, stack_prefixes
+from .kv import GrowableLayer, new_batch_cache, row_kv, stack_prefixes
 from .sampling import Completion, SamplingParams, sample
 from .weights import delete_adapter, directory_stamp, load_adapter, load_base_weights
 
@@ -307,6 +307,9 @@ class PolicyEngine:
             return torch.cat([t.new_zeros(shape), t], dim=dim)
 
         for a, b in zip(running.cache.layers, new.cache.layers, strict=True):
+            if isinstance(a, GrowableLayer):
+                a.stack(b, width)
+                continue
             a.keys = torch.cat([left_pad(a.keys, -2), left_pad(b.keys, -2)], dim=0)
             a.values = torch.cat([left_pad(a.values, -2), left_pad(b.values, -2)], dim=0)
         running.mask = torch.cat([left_pad(running.mask, 1), left_pad(new.mask, 1)], dim=0)
@@ -384,8 +387,11 @@ class PolicyEngine:
             return
         batch.mask = batch.mask[:, first:]
         for layer in batch.cache.layers:
-            layer.keys = layer.keys[..., first:, :]
-            layer.values = layer.values[..., first:, :]
+            if isinstance(layer, GrowableLayer):
+                layer.drop_leading(first)
+            else:
+                layer.keys = layer.keys[..., first:, :]
+                layer.values = layer.values[..., first:, :]
 
     def _check_stop(self, r: _Row, tid: int) -> None:
         p = r.params

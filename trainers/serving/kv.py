@@ -54,9 +54,49 @@ class GrowableLayer(DynamicLayer):
         assert self._key_buffer is not None and self._value_buffer is not None
         self._key_buffer[..., filled : filled + new, :] = key_states
         self._value_buffer[..., filled : filled + new, :] = value_states
-        self.keys = self._keys_view = self._key_buffer[..., : filled + new, :]
-        self.values = self._value_buffer[..., : filled + new, :]
+        self._view(filled + new)
         return self.keys, self.values
+
+    def _view(self, filled: int) -> None:
+        assert self._key_buffer is not None and self._value_buffer is not None
+        self.keys = self._keys_view = self._key_buffer[..., :filled, :]
+        self.values = self._value_buffer[..., :filled, :]
+
+    def _owns_keys(self) -> bool:
+        return self._key_buffer is not None and self.keys is self._keys_view
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows at ``indices``: one copy, spare columns included (no second copy at the next step)."""
+        if not self._owns_keys():
+            return super().batch_select_indices(indices)
+        filled = self.keys.shape[-2]
+        self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+        self._view(filled)
+
+    def drop_leading(self, columns: int) -> None:
+        """Forget the first ``columns`` columns (padding for every row): a view, no copy."""
+        if not self._owns_keys():
+            self.keys, self.values = self.keys[..., columns:, :], self.values[..., columns:, :]
+            return
+        filled = self.keys.shape[-2]
+        self._key_buffer = self._key_buffer[..., columns:, :]
+        self._value_buffer = self._value_buffer[..., columns:, :]
+        self._view(filled - columns)
+
+    def stack(self, other: DynamicLayer, width: int) -> None:
+        """Become the rows of ``self`` then those of ``other``, each right-aligned in ``width`` columns.
+
+        One copy into a new buffer with spare columns (concatenating left-padded copies and then
+        growing would copy every column three times).
+        """
+        a, b = (self.keys, self.values), (other.keys, other.values)
+        shape = (a[0].shape[0] + b[0].shape[0], *a[0].shape[1:-2], width + self.spare_columns, a[0].shape[-1])
+        self._key_buffer, self._value_buffer = a[0].new_zeros(shape), a[1].new_zeros(shape)
+        rows = a[0].shape[0]
+        for buffer, mine, theirs in ((self._key_buffer, a[0], b[0]), (self._value_buffer, a[1], b[1])):
+            buffer[:rows, ..., width - mine.shape[-2] : width, :] = mine
+            buffer[rows:, ..., width - theirs.shape[-2] : width, :] = theirs
+        self._view(width)
 
 
 def new_batch_cache(config: Any, spare_columns: int) -> DynamicCache:
