@@ -36,7 +36,7 @@ from tests._fake_langsmith import FakeLangSmith, fake_langsmith
 ROOT = Path(__file__).resolve().parent.parent
 
 # The filter strings docs/langsmith.md gives for a training project (LangSmith's filter language).
-BY_STEP = 'and(eq(metadata_key, "training_step"), eq(metadata_value, 3))'
+BY_STEP = 'and(eq(metadata_key, "training_step"), eq(metadata_value, "3"))'
 BY_TASK = 'and(eq(metadata_key, "task_id"), eq(metadata_value, "{task}"))'
 FAILED_ROLLOUTS = 'and(eq(feedback_key, "reward"), lt(feedback_score, 1))'
 
@@ -118,7 +118,7 @@ def test_rollouts_in_langsmith_have_tool_runs_training_metadata_and_reward_feedb
     assert {r.extra["metadata"]["task_id"] for r in by_task} == {task} and len(by_task) == 2
     assert list(client.list_runs(project_name="train", is_root=True, filter=FAILED_ROLLOUTS)) == []
     assert list(client.list_runs(project_name="train", is_root=True,
-                                 filter=BY_STEP.replace("3)", "4)"))) == []  # fmt: skip
+                                 filter=BY_STEP.replace('"3"', '"4"'))) == []  # fmt: skip
 
 
 def test_node_runs_are_bounded_and_the_root_keeps_the_whole_episode(fake, tmp_path):

@@ -48,7 +48,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env-params", default=None, help="JSON object of environment parameters for every task")
     parser.add_argument("--policy-model", default=None,
                         help="served name of the policy being trained: only its calls keep token ids")  # fmt: skip
-    parser.add_argument("--positive", type=float, default=0.5,
+    parser.add_argument("--positive", type=float, default=1.0,
                         help="score from which a run is positive (its calls become the reference)")  # fmt: skip
     parser.add_argument("--reward-key", action="append", default=None,
                         help="feedback keys that make the reward (default: all but step_attribution)")  # fmt: skip

@@ -95,7 +95,7 @@ def ingest_traces(
     env_params: Mapping[str, Any] | None = None,
     policy_model: str | None = None,
     redact: Redact | None = None,
-    positive: float = 0.5,
+    positive: float = 1.0,
     reward_keys: Sequence[str] | None = None,
     extractor: Any = "rules",
     judge: Any = "reference",
