@@ -29,8 +29,8 @@ training split (``--eval-split validation``), unguided and guided::
     python examples/navigate_inference.py --pool-only --pool-dir runs/navigate_inference/pool-train180
     python -m trainers.tiny --init-from checkpoints/tiny-policy --out checkpoints/tiny-policy-navigate \
         --experience-rate 0.5 --experience-pool runs/navigate_inference/pool-train180 --experience-top-k 3 \
-        --minutes 20 --lr 5e-4 --examples 8000 --threads 1 --eval-split validation --eval-tasks 30 \
-        --eval-every 100 --keep last
+        --minutes 20 --lr 1e-3 --warmup-steps 20 --examples 3000 --l3-fraction 1 --threads 1 \
+        --eval-split validation --eval-tasks 20 --eval-every 100 --keep last
 
 Quick look (a few minutes, worse model)::
 
@@ -494,7 +494,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     train_start = time.perf_counter()
     while (elapsed := time.perf_counter() - train_start) < budget:
         frac = elapsed / budget
-        lr = args.lr * min(1.0, (step + 1) / 200) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        lr = args.lr * min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr
         ids, labels, mask = next(batches)
@@ -599,6 +599,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup-steps", type=int, default=200, help="linear warm-up of the learning rate")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--examples", type=int, default=30_000, help="training conversations to encode")
