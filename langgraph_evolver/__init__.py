@@ -28,9 +28,26 @@ from .chat_model import PolicyChatModel, transition_from_message
 from .context import ContextTemplate, causal_template, get_context_template, register_context_template
 from .dropin import AgentSpec, EnvironmentTool, arun_episode, as_agent, current_rollout, environment_tools
 from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
+from .langsmith_tracing import (
+    RolloutTracer,
+    annotate_rollouts,
+    langsmith_client,
+    with_training_step,
+    write_evaluation_experiments,
+)
 from .middleware import EvolverMiddleware
 from .rollout import arun_rollout_items, arun_rollouts, run_rollouts
-from .tracing import JsonlTracer, build_run_tree, langsmith_callbacks, langsmith_enabled, read_runs, trace_metadata
+from .tracing import (
+    JsonlTracer,
+    TraceLimits,
+    build_run_tree,
+    langsmith_callbacks,
+    langsmith_enabled,
+    read_feedback,
+    read_runs,
+    trace_metadata,
+    trace_tool_calls,
+)
 from .types import (
     Action,
     Observation,
@@ -71,6 +88,8 @@ __all__ = [
     "PolicyChatModel",
     "PolicyEndpointError",
     "ReferenceJudge",
+    "RolloutTracer",
+    "TraceLimits",
     "Step",
     "StepLabel",
     "StepResult",
@@ -83,6 +102,7 @@ __all__ = [
     "aattribute_steps",
     "adca_advantages",
     "adca_alpha",
+    "annotate_rollouts",
     "apply_attribution",
     "arun_rollout_items",
     "arun_rollouts",
@@ -95,15 +115,20 @@ __all__ = [
     "group_advantages",
     "label_signs",
     "langsmith_callbacks",
+    "langsmith_client",
     "langsmith_enabled",
     "make_judge",
     "read_jsonl",
+    "read_feedback",
     "read_runs",
     "register_context_template",
     "run_rollouts",
     "summarize_attributions",
     "trace_metadata",
+    "trace_tool_calls",
     "transition_from_message",
+    "with_training_step",
+    "write_evaluation_experiments",
     "write_jsonl",
 ]
 __version__ = "0.1.0"
