@@ -264,3 +264,20 @@ def test_ingested_trace_tasks_train_for_two_steps(sandbox_jsonl, tmp_path, capsy
         rows = [json.loads(x) for x in (run / "trajectories" / f"step_{step:05d}.jsonl").read_text().splitlines()]
         assert rows and all(r["task"]["source"] == "trace" and r["reward"] is not None for r in rows)
         assert {r["task"]["query"] for r in rows} <= {t.query for t in tasks[:2]}
+
+
+def test_recorded_run_trees_served_by_langsmith_ingest_like_the_local_store(sandbox_jsonl, tmp_path, capsys,
+                                                                            monkeypatch):  # fmt: skip
+    from langgraph_evolver.tracing import read_feedback
+
+    path, _ = sandbox_jsonl
+    local = run_cli("--jsonl", str(path), "--env", "sandbox", "--dry-run", capsys=capsys)
+    with fake_langsmith() as fake:
+        fake.add_runs(read_runs(path), project="recorded")  # a recorded trace set, served for queries
+        for record in read_feedback(path):
+            fake.add_feedback(record["run_id"], record["key"], record["score"])
+        monkeypatch.setattr(langsmith_tracing, "_CLIENT", client_for(fake))
+        served = run_cli("--project", "recorded", "--env", "sandbox", "--dry-run", capsys=capsys)
+    same = ("traces_read", "runs_read", "trajectories", "with_reward", "tasks", "tasks_trainable", "experiences",
+            "labelled_steps", "labels_good")  # fmt: skip
+    assert {k: served[k] for k in same} == {k: local[k] for k in same}
