@@ -263,7 +263,8 @@ def test_langsmith_down_or_slow_costs_nothing_per_step_or_at_exit():
     print(f"step with LangSmith up {healthy}, down {down}, slow {slow}")
     for report in (down, slow):
         # A training step (16 rollouts + annotation) costs what it costs with a healthy LangSmith.
-        assert report["traced"] < 1.5 * healthy["traced"] + 0.2, (report, healthy)
-        # The process exits within the bounded flush (2 s), not after ~30 s of retries.
-        assert report["exit_s"] < 4.0, report
+        assert report["traced"] < 1.5 * healthy["traced"] + 0.5, (report, healthy)
+        # The process exits after the bounded flush (2 s without progress) and the interpreter's teardown (~1.5 s
+        # here), not after 30-75 s of retries (LangChain's default client, benchmarks/langsmith_bench.py).
+        assert report["exit_s"] < 6.0, report
     assert healthy["exit_s"] < 20.0, healthy  # a healthy LangSmith gets everything that is queued
