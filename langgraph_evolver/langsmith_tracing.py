@@ -45,6 +45,7 @@ __all__ = [
     "rollout_metadata",
     "with_training_step",
     "write_evaluation_experiments",
+    "write_evaluation_folders",
 ]
 
 logger = logging.getLogger(__name__)
@@ -511,15 +512,48 @@ def _dotted(start: datetime, run_id: UUID) -> str:
 # --------------------------------------------------------------------------- command line
 
 
+def write_evaluation_folders(
+    folders: Mapping[str, Any], *, dataset_name: str, client: Any = None, timeout_s: float | None = None
+) -> dict[str, Any] | None:
+    """:func:`write_evaluation_experiments` from evaluation folders (``name -> folder`` with ``trajectories.jsonl``).
+
+    With ``timeout_s`` it runs in a daemon thread and gives up waiting after that long; failures are
+    logged and give ``None`` (the end of a training run must not hang on LangSmith).
+    """
+    from pathlib import Path
+
+    from .types import read_jsonl
+
+    def work() -> dict[str, Any]:
+        evaluations = {name: list(read_jsonl(Path(folder) / "trajectories.jsonl", Trajectory))
+                       for name, folder in folders.items()}  # fmt: skip
+        tasks = list({t.task.id: t.task for runs in evaluations.values() for t in runs}.values())
+        return write_evaluation_experiments(tasks, evaluations, dataset_name=dataset_name, client=client)
+
+    if timeout_s is None:
+        return work()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except Exception as e:
+            logger.warning("LangSmith: evaluations not written as experiments (%s: %s)", type(e).__name__, e)
+
+    thread = threading.Thread(target=run, daemon=True, name="langsmith-experiments")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        logger.warning("LangSmith: writing the evaluation experiments took over %.0f s; not waiting.", timeout_s)
+    return result.get("value")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m langgraph_evolver.langsmith_tracing --dataset NAME before=DIR after=DIR``: evaluations
     (``trainers.grpo``'s ``eval_before/``, ``eval_after/``, or ``trainers.evaluate --output-dir``) as a
     LangSmith dataset of their held-out tasks and one experiment per checkpoint."""
     import argparse
     import json
-    from pathlib import Path
-
-    from .types import read_jsonl
 
     parser = argparse.ArgumentParser(prog="python -m langgraph_evolver.langsmith_tracing", description=main.__doc__)
     parser.add_argument(
@@ -529,14 +563,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "checkpoints", nargs="+", metavar="NAME=DIR", help="an evaluation folder with trajectories.jsonl"
     )
     args = parser.parse_args(argv)
-    evaluations: dict[str, list[Trajectory]] = {}
+    folders: dict[str, str] = {}
     for item in args.checkpoints:
         name, sep, folder = item.partition("=")
         if not sep:
             parser.error(f"{item!r}: write NAME=DIR")
-        evaluations[name] = list(read_jsonl(Path(folder) / "trajectories.jsonl", Trajectory))
-    tasks = list({t.task.id: t.task for runs in evaluations.values() for t in runs}.values())
-    print(json.dumps(write_evaluation_experiments(tasks, evaluations, dataset_name=args.dataset)))
+        folders[name] = folder
+    print(json.dumps(write_evaluation_folders(folders, dataset_name=args.dataset)))
     return 0
 
 
