@@ -192,7 +192,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     from transformers.trainer_callback import ProgressCallback
     from trl import get_peft_config
 
-    from langgraph_evolver.tracing import langsmith_callbacks
+    from langgraph_evolver.tracing import langsmith_callbacks, langsmith_enabled
 
     from .callbacks import MetricsCallback, plot_reward_curve
     from .config import parse_level_weights
@@ -312,6 +312,12 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
             if cfg.attribution_settings.enabled:
                 report = _attribution_report(out, figures)
                 figures["attribution_report"] = str(report)
+            if langsmith_enabled() and evals:  # held-out tasks as a LangSmith dataset, one experiment per evaluation
+                from langgraph_evolver.langsmith_tracing import write_evaluation_folders
+
+                figures["langsmith_experiments"] = write_evaluation_folders(
+                    {name: out / f"eval_{name}" for name in evals}, timeout_s=60,
+                    dataset_name=f"{cfg.env_id}-{script_args.eval_split}")  # fmt: skip
             print(json.dumps(figures))
         if isinstance(trainer.policy, LoraSync) and state.is_main_process and not server:
             trainer.policy.close()
