@@ -253,11 +253,11 @@ def reference_agent(
 
 def find_task(task_id: str, env: str | None = None) -> Task:
     """The task ``task_id`` of environment ``env`` (any registered environment when ``None``)."""
-    names = [env] if env else list_environments()
+    names = [env] if env else sorted(list_environments(), key=lambda n: n != "sandbox")  # the built-in one first
     for name in names:
         try:
             instance = load_environment(name)
-        except ConfigError:  # a registered environment whose package is not installed (bfcl without bfcl-eval)
+        except Exception:  # a registered environment that cannot load here (bfcl without bfcl-eval)
             if env:
                 raise
             continue

@@ -26,6 +26,7 @@ the ground truth of ``multi_turn_miss_func_49`` calls ``tail`` two turns before 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Sequence
@@ -98,6 +99,11 @@ class BFCLEnvironment(Environment):
         self._score: float | None = None
         self.last_evaluation = None
         return Observation(messages=[dict(m) for m in e["question"][0]], tools=self._schemas())
+
+    async def areset(self, task: Task) -> Observation:
+        # The first reset of a category reads its files: off the event loop (langgraph dev refuses blocking IO).
+        await asyncio.to_thread(shared_entry, task.id)
+        return self.reset(task)
 
     def step(self, action: Action) -> StepResult:
         if self._entry is None:
