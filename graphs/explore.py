@@ -16,6 +16,7 @@ its calls recorded with token ids), and writes tasks with ``EVOLVER_SYNTHESIZER`
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 from typing import Any, TypedDict
@@ -87,12 +88,12 @@ def create_explore_graph(
 
     async def explore(state: ExploreState) -> dict[str, Any]:
         env_name = state.get("env") or "sandbox"
-        world, _, _ = _world(env_name, state.get("seed_task_id"))
+        world, _, _ = await asyncio.to_thread(_world, env_name, state.get("seed_task_id"))
         seed = int(state.get("seed", 0))
         n_breadth, n_depth = int(state.get("n_breadth", 3)), int(state.get("n_depth", 17))
         task = exploration_task(world, env=env_name, seed=seed)
         if explorer is None:
-            env = load_environment(env_name)
+            env = await asyncio.to_thread(load_environment, env_name)
             try:
                 traj = await aexplore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=seed)
             finally:
@@ -110,7 +111,7 @@ def create_explore_graph(
             tasks = synthesize(traj, seed=int(state.get("seed", 0)), max_tasks=20)
         return {"candidates": [t.to_dict() for t in tasks]}
 
-    async def keep_verified(state: ExploreState) -> dict[str, Any]:
+    def verify(state: ExploreState) -> dict[str, Any]:  # blocking (embeddings, replays): run in a thread
         env_name = state.get("env") or "sandbox"
         _, seeds, held = _world(env_name, None)
         index = DuplicateIndex(embeddings, threshold=threshold)
@@ -119,6 +120,9 @@ def create_explore_graph(
         candidates = [Task.from_dict(t) for t in state.get("candidates") or []]
         kept, report = filter_tasks(candidates, env_factory=lambda t: load_environment(t.env), index=index)
         return {"tasks": [t.to_dict() for t in kept], "filters": report.to_dict()}
+
+    async def keep_verified(state: ExploreState) -> dict[str, Any]:
+        return await asyncio.to_thread(verify, state)
 
     builder = StateGraph(ExploreState)
     builder.add_node("explore", explore)

@@ -212,7 +212,7 @@ def test_bad_create_bodies_are_4xx(http, tasks):
     assert_error(http.post("/instances"), 422, "body is missing")
     bad_params = {**tasks["train"][0].to_dict(), "env_params": {"seed": 1, "colour": "red"}}
     assert_error(http.post("/instances", json={"task": bad_params}), 400, "colour")
-    assert_error(http.get("/tasks", params={"split": "validation"}), 400, "validation", "train")
+    assert_error(http.get("/tasks", params={"split": "nosuchsplit"}), 400, "nosuchsplit", "train")
 
 
 def test_bad_action_shape_is_422(http, tasks):
