@@ -13,7 +13,8 @@ the machine hits them alike. Variants:
   --no-lean-decode``: only the first lever, each distinct prompt of a prefill is run once;
 - ``cache_only``: plus the prefix cache (``--kv-spare-columns 0 --no-lean-decode``);
 - ``new``: today's server as it starts by default: plus the batch KV cache growing in place
-  (``kv.GrowableLayer``) and the lean decode step (``forward.LeanDecoder``).
+  (``kv.GrowableLayer``) and the lean decode step (``forward.LeanDecoder``);
+- ``new_2_threads`` (only when asked for): ``new`` with 2 torch threads whatever ``--threads`` says.
 
 Sampling is at temperature 1 with a seed per request (``_SeedingTransport``), so every variant
 samples the same trajectories; the prompt and completion token counts are reported per variant
@@ -28,6 +29,7 @@ Commands::
     python -m benchmarks.serving                        # 8 tasks x 8 rollouts, 2 rounds (~5 min on 2 cores)
     python -m benchmarks.serving --tasks 4 --rounds 1   # quick look
     python -m benchmarks.serving --variants no_cache,new     # no git needed
+    python -m benchmarks.serving --variants new,new_2_threads --rounds 1   # 1 vs 2 server threads
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ VARIANTS: dict[str, list[str]] = {
     "no_cache": ["--no-enable-prefix-caching", "--kv-spare-columns", "0", "--no-lean-decode"],
     "cache_only": ["--kv-spare-columns", "0", "--no-lean-decode"],
     "new": [],
+    "new_2_threads": ["--threads", "2"],
 }
 """Each variant's extra server flags (``baseline`` runs the old code with no extra flag)."""
+DEFAULT_VARIANTS = ("baseline", "no_cache", "cache_only", "new")
 
 
 def _export(ref: str, out: Path) -> Path:
@@ -214,7 +218,7 @@ def main() -> None:
     p.add_argument("--k", type=int, default=8, help="rollouts per task (the demo's num_generations)")
     p.add_argument("--rounds", type=int, default=2, help="times each variant runs, taking turns")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the server (the demo's)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {list(VARIANTS)}")
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of {list(VARIANTS)}")
     p.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit of the baseline server")
     args = p.parse_args()
     variants = [v for v in args.variants.split(",") if v]

@@ -27,7 +27,8 @@ def make_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="torch intra-op threads; 1 suits tiny models and a machine shared with a trainer (more threads on "
-        "busy cores make every step wait for the slowest one), raise it for bigger models on idle cores",
+        "busy cores make every step wait for the slowest one), raise it for bigger models on idle cores; "
+        "`python -m trainers.policy_server` makes idle OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE unless set)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the generator for requests without a seed")
     p.add_argument(
