@@ -446,10 +446,18 @@ class EvolverGRPOTrainer(GRPOTrainer):
         seed = args.seed * 1_000_003 + step
         if args.max_tokens_per_microbatch:
             slots = token_budget_slots(samples, args.steps_per_generation, args.max_tokens_per_microbatch, seed=seed)
-            # every rank runs as many forward passes as the busiest slot of any rank (ZeRO-3 gathers per pass)
+            # Every rank runs as many passes as the busiest slot of any rank (ZeRO-3 gathers per pass), and pass i
+            # of slot j has the same number of rows on every rank (TRL's loss gathers per-row metrics): the
+            # shorter ones get fully masked padding rows.
             passes = max(gather_object([max(len(slot) for slot in slots)]))
-            pad = [padding_sample(pad_id, self.epsilon_high)]
-            batches: list[Any] = [[build(sub) for sub in slot + [pad] * (passes - len(slot))] for slot in slots]
+            plan = [[list(sub) for sub in slot] + [[] for _ in range(passes - len(slot))] for slot in slots]
+            counts_by_rank = gather_object([[[len(sub) for sub in slot] for slot in plan]])
+            batches: list[Any] = [
+                [build(sub + [padding_sample(pad_id, self.epsilon_high)
+                              for _ in range(max(max(r[j][i] for r in counts_by_rank), 1) - len(sub))])
+                 for i, sub in enumerate(slot)]
+                for j, slot in enumerate(plan)
+            ]  # fmt: skip
             metrics["samples/forward_passes"].append(passes * args.steps_per_generation)
         else:
             chunks = length_grouped_chunks(samples, args.steps_per_generation)
