@@ -19,6 +19,13 @@ split) to choose settings::
     python examples/navigate_inference.py --reuse-pool --model checkpoints/tiny-policy-navigate
     python examples/navigate_inference.py --reuse-pool --split validation --n-test 40 --k 2
 
+The warm-started checkpoint with the pool it was trained beside, one arm per run (a slow arm can
+run on fewer tasks), then the two paired on the tasks both ran (``docs/self-navigating.md``)::
+
+    python examples/navigate_inference.py --reuse-pool --pool-dir checkpoints/tiny-policy-navigate/experience_pool \
+    --model checkpoints/tiny-policy-navigate --arms unguided --out /tmp/u.json  # then: --arms guided --out /tmp/g.json
+    python examples/navigate_inference.py --combine /tmp/u.json /tmp/g.json
+
 Your own agent: pass ``--agent my_pkg.agent:build_agent`` (any agent ``trainers.evaluate`` takes;
 ``create_agent`` agents need ``EvolverMiddleware`` to receive the block). Ends with one JSON line.
 """
