@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import re
 import time
 import weakref
 from collections.abc import Callable, Coroutine, MutableMapping
@@ -30,10 +31,12 @@ __all__ = [
     "LoopSemaphores",
     "ask_with_retries",
     "check_template",
+    "json_values",
     "make_cache",
     "message_text",
     "model_id",
     "run_sync",
+    "strip_think",
     "usage_of",
 ]
 
@@ -49,6 +52,35 @@ def check_template(name: str, template: str, fields: tuple[str, ...]) -> None:
             f"{name} is not a valid template ({type(e).__name__}: {e}); it may use only the fields "
             f"{', '.join('{' + f + '}' for f in fields)}, and literal braces must be doubled."
         ) from None
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
+
+
+def strip_think(text: str | None) -> str:
+    """``text`` without its ``<think>…</think>`` blocks (reasoning models write them before the answer)."""
+    return _THINK.sub("", text or "")
+
+
+def json_values(text: str | None) -> list[Any]:
+    """Every JSON value found in a model's answer: fenced blocks first, then the outermost ``[...]`` and ``{...}``.
+
+    ``<think>`` blocks are dropped first; candidates that do not parse are skipped.
+    """
+    text = strip_think(text)
+    candidates = [m.group(1) for m in _FENCED.finditer(text)]
+    for opener, closer in (("[", "]"), ("{", "}")):
+        start, end = text.find(opener), text.rfind(closer)
+        if 0 <= start < end:
+            candidates.append(text[start : end + 1])
+    values = []
+    for candidate in candidates:
+        try:
+            values.append(json.loads(candidate))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return values
 
 
 def model_id(model: Any) -> str:

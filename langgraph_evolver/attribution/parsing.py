@@ -18,6 +18,7 @@ import json
 import re
 from typing import Any
 
+from langgraph_evolver._llm import strip_think
 from langgraph_evolver.types import Step, ToolCall
 
 from .core import Label
@@ -27,7 +28,6 @@ __all__ = ["parse_labels", "render_action", "render_call", "render_observation",
 
 MAX_REASON_CHARS = 200
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _SEP = r"[\s*_`:.)\]=\-–—]*"
 _LINE_PATTERNS = (
     # Step 3: GOOD - reason | **Step 3**: **bad** (reason) | - Step #3 - [GOOD]: reason
@@ -155,7 +155,7 @@ def parse_labels(text: str, num_steps: int) -> dict[int, tuple[Label, str]]:
 
     Numbers outside ``1..num_steps`` are ignored. Nothing raises: garbage gives ``{}``.
     """
-    text = _THINK.sub("", text or "")
+    text = strip_think(text)
     out: dict[int, tuple[Label, str]] = {}
     for candidate in _json_candidates(text):
         try:

@@ -29,7 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +36,16 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 
-from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, check_template, model_id, run_sync
+from langgraph_evolver._llm import (
+    CallTally,
+    LoopSemaphores,
+    ask_with_retries,
+    check_template,
+    json_values,
+    model_id,
+    run_sync,
+    strip_think,
+)
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Trajectory
 
@@ -62,28 +70,9 @@ from .types import Experience
 __all__ = ["LLMExtractor", "parse_experiences", "parse_scores"]
 
 T = TypeVar("T")
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 _SCORE_LINE = re.compile(r"^\W*(?:candidate|experience)?\s*#?(\d+)[*_`\s]*[:.)\-–]\s*\**(\d+(?:\.\d+)?)", re.I)
 _WHEN_KEYS = ("when_to_use", "when", "situation", "condition")
 _CONTENT_KEYS = ("content", "experience", "advice", "lesson")
-
-
-def _json_values(text: str) -> list[Any]:
-    """Every JSON value found in ``text``: fenced blocks first, then the outermost ``[...]`` and ``{...}``."""
-    text = _THINK.sub("", text or "")
-    candidates = [m.group(1) for m in _FENCED.finditer(text)]
-    for opener, closer in (("[", "]"), ("{", "}")):
-        start, end = text.find(opener), text.rfind(closer)
-        if 0 <= start < end:
-            candidates.append(text[start : end + 1])
-    values = []
-    for candidate in candidates:
-        try:
-            values.append(json.loads(candidate))
-        except (json.JSONDecodeError, TypeError):
-            continue
-    return values
 
 
 def _first(item: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -101,7 +90,7 @@ def parse_experiences(text: str) -> list[tuple[str, str]] | None:
         >>> parse_experiences('Sure: ```json\\n[{"when_to_use": "w", "content": "c"}]\\n```')
         [('w', 'c')]
     """
-    for value in _json_values(text):
+    for value in json_values(text):
         if isinstance(value, dict):
             nested = next((value[k] for k in ("experiences", "items", "lessons") if k in value), None)
             value = nested if isinstance(nested, list) else [value]
@@ -122,7 +111,7 @@ def parse_scores(text: str, num_candidates: int) -> dict[int, tuple[float, str]]
         {1: (9.0, 'specific'), 2: (2.0, '')}
     """
     out: dict[int, tuple[float, str]] = {}
-    for value in _json_values(text):
+    for value in json_values(text):
         if isinstance(value, dict):
             value = next((value[k] for k in ("scores", "candidates", "results") if isinstance(value.get(k), list)),
                          [{"index": k, "score": v} for k, v in value.items()])  # fmt: skip
@@ -143,7 +132,7 @@ def parse_scores(text: str, num_candidates: int) -> dict[int, tuple[float, str]]
         if out:
             break
     if not out:
-        for line in _THINK.sub("", text or "").splitlines():
+        for line in strip_think(text).splitlines():
             if match := _SCORE_LINE.match(line):
                 out[int(match.group(1))] = (min(max(float(match.group(2)), 0.0), 10.0), "")
     return {n: v for n, v in sorted(out.items()) if 1 <= n <= num_candidates}

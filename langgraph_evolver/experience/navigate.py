@@ -32,6 +32,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from .._llm import CallTally, LoopSemaphores, ask_with_retries, strip_think
 from ..context.templates import pin
 from ..types import Task, Trajectory, Transition
 from .types import Experience
@@ -113,7 +114,7 @@ _ADVICE = re.compile(r"advice[ \t]*:?[ \t]*\n?(.*)", re.I | re.S)
 
 def parse_rewrite(text: str, n: int) -> tuple[list[int], str] | None:
     """``(kept 0-based indices, advice)`` from a rewriter's answer; ``None`` when unreadable."""
-    text = re.sub(r"<think>.*?</think>", "", text or "", flags=re.S | re.I).replace("*", "")
+    text = strip_think(text).replace("*", "")
     keep = _KEEP.search(text)
     if keep is None:
         return None
@@ -150,11 +151,11 @@ class Navigator:
     rewrite_prompt: str = DEFAULT_REWRITE_PROMPT
     rewrite_retries: int = 1
     stats: NavigatorStats = field(default_factory=NavigatorStats)
+    _semaphores: LoopSemaphores = field(default_factory=lambda: LoopSemaphores(4), repr=False)
+    """Bounds the rewriter's calls in flight (per event loop), across all rollouts."""
     _cache: dict[tuple[str, int], ExperienceBlock | None] = field(default_factory=dict)
 
     async def _rewrite(self, query: str, hits: list[tuple[Experience, float]]) -> ExperienceBlock | None:
-        from .._llm import CallTally, LoopSemaphores, ask_with_retries
-
         plain = ExperienceBlock(ids=tuple(e.id for e, _ in hits), text=format_block([e for e, _ in hits]),
                                 scores=tuple(round(float(s), 4) for _, s in hits))  # fmt: skip
         listed = "\n".join(f"{i}. When {e.when_to_use.rstrip('.')}: {e.content}" for i, (e, _) in enumerate(hits, 1))
@@ -164,7 +165,7 @@ class Navigator:
             self.rewriter, prompt, parse=lambda text: parse_rewrite(text, len(hits)),
             retry_message=lambda text: "Answer with a 'KEEP: <numbers or none>' line, then 'ADVICE:' and the advice.",
             problem_of=lambda text: text[:200], max_retries=self.rewrite_retries, backoff_s=0.5, max_backoff_s=5.0,
-            timeout_s=60.0, semaphores=LoopSemaphores(4), tally=CallTally(),
+            timeout_s=60.0, semaphores=self._semaphores, tally=CallTally(),
         )  # fmt: skip
         if parsed is None:
             self.stats.rewrite_fallbacks += 1

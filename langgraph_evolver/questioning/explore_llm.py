@@ -28,6 +28,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 
+from langgraph_evolver._llm import model_id
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task, Trajectory
 
@@ -222,12 +223,6 @@ async def aexplore_with_model(
     traj = await arun_episode(agent, task, policy=model, env_factory=env_factory, callbacks=callbacks,
                               max_turns=n_breadth + n_depth, recursion_limit=4 * (n_breadth + n_depth) + 10,
                               trajectory_id=f"exploration-{task.id}-{seed}")  # fmt: skip
-    metadata = {**traj.metadata, "explorer": f"llm:{_model_name(model)}", "seed": seed, "n_breadth": n_breadth,
+    metadata = {**traj.metadata, "explorer": f"llm:{model_id(model)}", "seed": seed, "n_breadth": n_breadth,
                 "n_depth": n_depth}  # fmt: skip
     return dataclasses.replace(traj, reward=None, metadata=metadata)
-
-
-def _model_name(model: Any) -> str:
-    from langgraph_evolver._llm import model_id
-
-    return model_id(model)

@@ -35,9 +35,11 @@ from langgraph_evolver._llm import (
     LoopSemaphores,
     ask_with_retries,
     check_template,
+    json_values,
     make_cache,
     model_id,
     run_sync,
+    strip_think,
 )
 from langgraph_evolver.attribution.parsing import render_call, render_steps, trim
 from langgraph_evolver.errors import ConfigError
@@ -75,7 +77,6 @@ _RETRY = (
 _ACHIEVED = re.compile(r"achieved\W{0,4}\s*(yes|no|true|false)\b", re.I)
 _SCORE = re.compile(r"score\W{0,4}\s*(\d{1,3})(?:\s*/\s*100)?\b", re.I)
 _REASON = re.compile(r"reason\W{0,4}\s*(.+)", re.I)
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
 def parse_score(text: str) -> tuple[bool, int, str] | None:
@@ -85,15 +86,9 @@ def parse_score(text: str) -> tuple[bool, int, str] | None:
     emphasis allowed) or a JSON object with those keys; a missing ``ACHIEVED`` is inferred from
     the score (>= 60), a score above 100 is unreadable.
     """
-    text = _THINK.sub("", text or "").replace("*", "")
-    data: dict[str, Any] | None = None
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        try:
-            loaded = json.loads(text[start : end + 1])
-            data = {str(k).lower(): v for k, v in loaded.items()} if isinstance(loaded, dict) else None
-        except json.JSONDecodeError:
-            data = None
+    text = strip_think(text).replace("*", "")
+    loaded = next((v for v in json_values(text) if isinstance(v, dict)), None)
+    data = {str(k).lower(): v for k, v in loaded.items()} if loaded is not None else None
     if data is not None and "score" in data:
         try:
             score = int(float(data["score"]))

@@ -16,11 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.types import Task
 
 from .explore import exploration_task, explore
+from .explore_llm import aexplore_with_model
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
 from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
+from .synthesize_llm import LLMSynthesizer
 
 __all__ = ["PipelineReport", "synthesize_tasks"]
 
@@ -114,11 +117,6 @@ def synthesize_tasks(
         ``(tasks, report)``.
     """
     from tqdm.auto import tqdm
-
-    from langgraph_evolver._llm import model_id, run_sync
-
-    from .explore_llm import aexplore_with_model
-    from .synthesize_llm import LLMSynthesizer
 
     started = time.perf_counter()
     factory = env_factory or _default_factory

@@ -10,9 +10,10 @@ acts on a forecast, not a "weather"); it keeps the rules' answer where the model
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, json_values
 
 __all__ = [
     "READ_VERBS",
@@ -153,14 +154,8 @@ answer {{}} when every guess is right."""
 
 
 def _corrections(text: str, known: set[str]) -> dict[str, dict[str, str]] | None:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        return None
-    try:
-        data = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
+    data = next((v for v in json_values(text) if isinstance(v, dict)), None)
+    if data is None:
         return None
     out: dict[str, dict[str, str]] = {}
     for name, fix in data.items():
@@ -184,8 +179,6 @@ async def arefine_profile(profile: Mapping[str, Any], model: Any, *, max_retries
     operation lists follow the corrected operations. ``profile["refined"]`` lists what changed; on a
     model failure the profile comes back unchanged with ``profile["refine_error"]``. Never raises.
     """
-    from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries
-
     operations = dict(profile.get("operations") or {})
     listed = "\n".join(
         f"- {name}({', '.join(op.get('arguments') or [])}): {op.get('description') or ''} "

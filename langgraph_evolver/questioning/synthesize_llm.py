@@ -18,11 +18,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, check_template, model_id, run_sync
+from langgraph_evolver._llm import (
+    CallTally,
+    LoopSemaphores,
+    ask_with_retries,
+    check_template,
+    json_values,
+    model_id,
+    run_sync,
+)
 from langgraph_evolver.attribution.parsing import render_call, trim
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task, ToolCall, Trajectory
@@ -52,32 +59,15 @@ _RETRY = (
     "'reference' (a list of {{\"name\", \"arguments\"}} calls), 'confidence' (0-1) and 'difficulty' (1-3). "
     "Problem: {problem}"
 )
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 
 
-def _json_value(candidate: str, open_: str, close: str) -> Any:
-    start, end = candidate.find(open_), candidate.rfind(close)
-    if 0 <= start < end:
-        try:
-            return json.loads(candidate[start : end + 1])
-        except json.JSONDecodeError:
-            return None
-    return None
-
-
-def _json_list(text: str) -> list[Any] | None:
-    """The answer's list of tasks: a JSON list, ``{"tasks": [...]}`` or one task object (fenced or not)."""
-    text = _THINK.sub("", text or "")
-    for candidate in [*_FENCE.findall(text), text]:
-        list_first = 0 <= candidate.find("[") < (candidate.find("{") if "{" in candidate else len(candidate))
-        for open_, close in [("[", "]"), ("{", "}")] if list_first else [("{", "}"), ("[", "]")]:
-            value = _json_value(candidate, open_, close)
-            if isinstance(value, list):
-                return value
-            if isinstance(value, dict):
-                inner = value.get("tasks")
-                return inner if isinstance(inner, list) else [value]
+def _task_items(text: str) -> list[Any] | None:
+    """The answer's tasks: a JSON list of them, ``{"tasks": [...]}`` or one task object (fenced or not)."""
+    for value in json_values(text):
+        if isinstance(value, dict):
+            value = value["tasks"] if isinstance(value.get("tasks"), list) else [value]
+        if isinstance(value, list) and any(isinstance(v, dict) and "query" in v for v in value):
+            return value
     return None
 
 
@@ -102,7 +92,7 @@ def parse_tasks(text: str) -> list[dict[str, Any]] | None:
     ``None`` when no JSON list of tasks can be read; items that are not tasks (no query, an empty
     or malformed reference) are skipped, and an answer with none left is unreadable.
     """
-    items = _json_list(text)
+    items = _task_items(text)
     if items is None:
         return None
     tasks = []
