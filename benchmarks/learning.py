@@ -20,9 +20,11 @@
    does not know go to every trainer unchanged (``--learning_rate 1e-3``).
 2. Held-out curves: one policy server on the tiny policy, started here, evaluates the test split (75 tasks) x k=4 =
    300 samples with the quickstart's sampling settings at steps 0, E, 2E, ... and the last step. Step 0 is the
-   untrained policy, shared by both variants of a seed (evaluated once per seed); every later point loads that
-   step's adapter (``checkpoint-N/``, or ``final/`` for a last step that is no multiple of E) through the runtime
-   LoRA API, evaluates it and unloads it. The training loop is untouched.
+   untrained policy, shared by both variants of a seed (evaluated once per seed); every later point serves that
+   step's checkpoint (``checkpoint-N/``, or ``final/`` for a last step that is no multiple of E), evaluates it and
+   puts the base policy back: an adapter through the runtime LoRA API (loaded, then unloaded), full weights (a run
+   with ``use_peft: false``) through ``/update_weights_from_disk`` (then the base weights again). The training
+   loop is untouched.
 3. Figures, on the mean avg@k curve over seeds (every ``<v>_*`` key for each arm v other than grpo):
    - threshold (``--threshold-of gain``, default): the step-0 score plus 90% of GRPO's best mean gain over it,
      ``s0 + 0.9 (best - s0)``. The literal "90% of GRPO's best score" (``--threshold-of score``: ``0.9 best``) lies
@@ -142,36 +144,55 @@ def synthetic_store(args: argparse.Namespace) -> Path:
     return path
 
 
-def adapter_dir(variant: str, seed: int, step: int, args: argparse.Namespace) -> Path:
+def checkpoint_dir(variant: str, seed: int, step: int, args: argparse.Namespace) -> Path:
+    """The saved policy of ``step``: a LoRA adapter (``adapter_config.json``) or full weights (``config.json``)."""
     run_dir = Path(args.out) / f"{variant}-s{seed}"
     candidates = [run_dir / f"checkpoint-{step}"] + ([run_dir / "final"] if step == args.steps else [])
     for path in candidates:
-        if (path / "adapter_config.json").exists():
+        if (path / "adapter_config.json").exists() or (path / "config.json").exists():
             return path
-    raise SystemExit(f"no adapter for step {step} in {run_dir} (expected checkpoint-{step}/adapter_config.json)")
+    raise SystemExit(f"no checkpoint for step {step} in {run_dir} (expected checkpoint-{step}/ with "
+                     "adapter_config.json or config.json)")  # fmt: skip
 
 
-def cached_evaluate(cache: Path, reuse: bool, base_url: str, tasks: list, adapter: Path | None, model: str,
-                    ev: dict) -> dict:  # fmt: skip
+def cached_evaluate(cache: Path, reuse: bool, base_url: str, tasks: list, checkpoint: Path | None, model: str,
+                    ev: dict, base_path: Path | None = None) -> dict:  # fmt: skip
     """``evaluate``, kept in ``cache`` (JSON with the settings); with ``--reuse`` a matching file is read back."""
     key = {**ev, "tasks": [t.id for t in tasks]}
     if reuse and cache.exists():
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
             return saved["result"]
-    result = evaluate(base_url, tasks, adapter, model, ev)
+    result = evaluate(base_url, tasks, checkpoint, model, ev, base_path)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"key": key, "result": result}))
     return result
 
 
-def evaluate(base_url: str, tasks: list, adapter: Path | None, model: str, ev: dict) -> dict:
-    """avg@k etc. of the base model (``adapter=None``) or of ``adapter`` loaded for the call and unloaded after."""
+def evaluate(base_url: str, tasks: list, checkpoint: Path | None, model: str, ev: dict,
+             base_path: Path | None = None) -> dict:  # fmt: skip
+    """avg@k etc. of the base model (``checkpoint=None``) or of a step's checkpoint, served for the call only.
+
+    An adapter is loaded under a fresh name and unloaded after; full weights (LoRA-free runs) replace the base
+    weights through ``/update_weights_from_disk`` and ``base_path``'s weights are put back after.
+    """
     from trainers.evaluate import _load_adapter, evaluate_endpoint, group_by_task, summarize
-    from trainers.sync import unload_adapter
+    from trainers.sync import _post, unload_adapter
+
+    def serve_weights(path: Path, version: str) -> None:
+        r = _post(base_url, "/update_weights_from_disk", {"model_path": str(path.resolve()), "version": version},
+                  "EMPTY", 600.0)  # fmt: skip
+        if r.status_code != 200:
+            raise SystemExit(f"loading the weights at {path} failed: HTTP {r.status_code} {r.text[:300]}")
 
     started = time.perf_counter()
-    name = _load_adapter(base_url, str(adapter)) if adapter else model
+    adapter = checkpoint is not None and (checkpoint / "adapter_config.json").exists()
+    full = checkpoint is not None and not adapter
+    if full:
+        if base_path is None:
+            raise SystemExit(f"{checkpoint} holds full weights: evaluate() needs base_path to restore after it")
+        serve_weights(checkpoint, f"{checkpoint.parent.name}-{checkpoint.name}")
+    name = _load_adapter(base_url, str(checkpoint)) if adapter else model
     try:
         trajs = asyncio.run(evaluate_endpoint(tasks, base_url=base_url, model=name, k=ev["k"],
                                               temperature=ev["temperature"], max_tokens=ev["max_tokens"],
@@ -180,6 +201,8 @@ def evaluate(base_url: str, tasks: list, adapter: Path | None, model: str, ev: d
     finally:
         if adapter:
             unload_adapter(base_url, name)
+        if full:
+            serve_weights(base_path, "base")
     k, fig = ev["k"], summarize(trajs, ev["k"])["all"]
     groups = [[t.reward or 0.0 for t in g] for g in group_by_task(trajs).values()]
     se = math.sqrt(sum(statistics.variance(g) / len(g) for g in groups if len(g) > 1)) / len(groups)
@@ -372,8 +395,8 @@ def main() -> None:
     runs: dict = {v: {} for v in variants}
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    server = PolicyServerProcess(cfg.get("model_path", ROOT / "checkpoints" / "tiny-policy"), threads=2,
-                                 log_path=out / "eval_server.log")  # fmt: skip
+    base_path = Path(cfg.get("model_path", ROOT / "checkpoints" / "tiny-policy"))
+    server = PolicyServerProcess(base_path, threads=2, log_path=out / "eval_server.log")
     server.start()
     try:
         for seed in seeds:
@@ -389,7 +412,8 @@ def main() -> None:
             for variant in variants:
                 run_dir = out / f"{variant}-s{seed}"
                 evals = [base] + [cached_evaluate(run_dir / f"eval_step{s}.json", args.reuse, server.base_url, tasks,
-                                                  adapter_dir(variant, seed, s, args), server.model_name, ev)
+                                                  checkpoint_dir(variant, seed, s, args), server.model_name, ev,
+                                                  base_path)
                                   for s in xs[1:]]  # fmt: skip
                 points[variant][seed] = evals
                 curves[variant][seed] = [e["avg"] for e in evals]

@@ -60,7 +60,7 @@ def test_paired_training_figures_skip_step_one_and_compare_signal(tmp_path):
 def test_evaluations_are_cached_per_settings(tmp_path, monkeypatch):
     calls = []
 
-    def fake_evaluate(base_url, tasks, adapter, model, ev):
+    def fake_evaluate(base_url, tasks, checkpoint, model, ev, base_path=None):
         calls.append(model)
         return {"avg": 0.5 + len(calls) / 10}
 
@@ -103,3 +103,48 @@ def test_arm_flags():
     assert json.loads(learning.arm_args("navigating", args)[1])["enabled"] is True
     with pytest.raises(SystemExit, match="unknown variant"):
         learning.arm_args("magic", args)
+
+
+def test_full_weight_checkpoints_are_found_served_and_restored(tmp_path, tiny_policy_url, monkeypatch):
+    """A LoRA-free run's checkpoint is evaluated through /update_weights_from_disk; the base serves again after."""
+    import argparse
+
+    import httpx
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import trainers.evaluate as trainer_eval
+    from env_tools.base import load_environment
+    from tests.conftest import TINY_POLICY
+
+    ckpt = tmp_path / "grpo-s0" / "checkpoint-2"
+    model = AutoModelForCausalLM.from_pretrained(TINY_POLICY)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.5)
+    model.save_pretrained(ckpt)
+    args = argparse.Namespace(out=tmp_path, steps=2)
+    assert learning.checkpoint_dir("grpo", 0, 2, args) == ckpt
+    with pytest.raises(SystemExit, match="no checkpoint for step 1"):
+        learning.checkpoint_dir("grpo", 0, 1, args)
+
+    def fingerprint() -> str:
+        body = {"model": "tiny-policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        return httpx.post(f"{tiny_policy_url}/chat/completions", json=body, timeout=60).json()["system_fingerprint"]
+
+    seen, real = [], trainer_eval.evaluate_endpoint
+
+    async def spy(*a, **kw):
+        seen.append(fingerprint())
+        return await real(*a, **kw)
+
+    monkeypatch.setattr(trainer_eval, "evaluate_endpoint", spy)
+    env = load_environment("sandbox")
+    tasks = env.list_tasks("test")[:2]
+    env.close()
+    ev = {"k": 1, "temperature": 1.0, "max_tokens": 32, "max_turns": 2, "concurrency": 2}
+    result = learning.evaluate(tiny_policy_url, tasks, ckpt, "tiny-policy", ev, base_path=TINY_POLICY)
+    assert result["samples"] == 2 and 0.0 <= result["avg"] <= 1.0
+    assert seen == ["grpo-s0-checkpoint-2"]  # the step's weights answered the evaluation
+    assert fingerprint() == "base"  # and the base weights are back
+    with pytest.raises(SystemExit, match="needs base_path"):
+        learning.evaluate(tiny_policy_url, tasks, ckpt, "tiny-policy", ev)
