@@ -7,7 +7,7 @@ import io
 import pytest
 
 from langgraph_evolver.types import Action, Step, Task, ToolCall, Trajectory
-from trainers.evaluate import print_report, summarize, well_formed_counts
+from trainers.evaluate import paired_gain, print_report, summarize, task_means, well_formed_counts
 
 CALL = Action(tool_calls=(ToolCall(name="get_balance", arguments={}),))
 
@@ -39,6 +39,12 @@ def test_summary_figures_by_hand():
     assert out["all"]["best@2"] == pytest.approx((1.0 + 0.5 + 0.25) / 3, abs=1e-4)
     assert out["all"]["success"] == pytest.approx(1 / 6, abs=1e-4)
     assert out["errors"] == 0
+    means = task_means(trajs)
+    assert means == {"a": 0.5, "b": 0.5, "c": 0.125}
+    # paired over the tasks both evaluations saw: diffs +0.5, 0, +0.125 (task "d" only after: ignored)
+    gain, se = paired_gain(means, {"a": 1.0, "b": 0.5, "c": 0.25, "d": 1.0})
+    assert gain == pytest.approx(0.2083, abs=1e-4) and se == pytest.approx(0.1502, abs=1e-4)
+    assert paired_gain(means, {}) == (0.0, 0.0)
     text = io.StringIO()
     print_report(trajs, out, 2, file=text)
     assert "a " in text.getvalue() and "1.00 0.00  best 1.00" in text.getvalue()

@@ -26,11 +26,17 @@ def test_train_evaluate_and_resume(tmp_path, capsys):
 
     out = tmp_path / "run"
     figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "2", *SMALL])
-    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    printed, printed_err = json.loads(captured.out.strip().splitlines()[-1]), captured.err
     assert printed == figures
     for key in ("eval_before_avg", "eval_after_avg", "eval_before_best", "eval_after_best", "steps", "wall_s"):
         assert key in figures, key
     assert figures["steps"] == 2 and figures["eval_samples"] == 6
+    # the gain, task-paired: its SE from the per-task before/after means kept in each evaluation's summary
+    saved = {w: json.loads((out / f"eval_{w}" / "summary.json").read_text())["task_avg"] for w in ("before", "after")}
+    assert len(saved["before"]) == 3 and saved["before"].keys() == saved["after"].keys()
+    assert figures["eval_delta_se"] >= 0 and "eval_delta_success" in figures
+    assert f"avg@2 {figures['eval_before_avg']:.3f} -> {figures['eval_after_avg']:.3f}" in printed_err
     assert figures["final_model"] == "tiny-policy-lora-step2"
 
     rows = _metrics(out)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import sys
 import time
@@ -71,6 +72,20 @@ def group_by_task(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajecto
     for t in trajectories:
         by_task[t.task.id].append(t)
     return by_task
+
+
+def task_means(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Each task's mean reward over its samples (what a paired before/after comparison differences)."""
+    return {tid: statistics.fmean(t.reward or 0.0 for t in g) for tid, g in group_by_task(trajectories).items()}
+
+
+def paired_gain(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
+    """Mean after - before over the tasks both saw, and its standard error (task-paired)."""
+    diffs = [after[t] - before[t] for t in before if t in after]
+    if not diffs:
+        return 0.0, 0.0
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return round(statistics.fmean(diffs), 4), round(se, 4)
 
 
 def context_overflow(trajectories: Sequence[Trajectory]) -> float:

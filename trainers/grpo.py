@@ -169,7 +169,7 @@ def _env_factory(cfg: Any) -> Any:
 
 
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path) -> dict[str, Any]:
-    from .evaluate import evaluate_endpoint, summarize, write_evaluation
+    from .evaluate import evaluate_endpoint, summarize, task_means, write_evaluation
 
     started = time.perf_counter()
     env_url = cfg.env_url
@@ -179,7 +179,8 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
                                                  env_url=env_url, progress=True,
                                                  agent=cfg.agent_for_rollouts()))  # fmt: skip
     summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
-               "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip
+               "wall_s": round(time.perf_counter() - started, 1),
+               "task_avg": {tid: round(v, 4) for tid, v in task_means(trajectories).items()}}  # fmt: skip
     write_evaluation(out, trajectories, summary)
     return summary
 
@@ -318,6 +319,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                 figures["langsmith_experiments"] = write_evaluation_folders(
                     {name: out / f"eval_{name}" for name in evals}, timeout_s=60,
                     dataset_name=f"{cfg.env_id}-{script_args.eval_split}")  # fmt: skip
+            if "eval_delta_avg" in figures:
+                print(_gain_table(figures, evals, k), file=sys.stderr)
             print(json.dumps(figures))
         if isinstance(trainer.policy, LoraSync) and state.is_main_process and not server:
             trainer.policy.close()
@@ -338,8 +341,24 @@ def _attribution_report(out: Path, figures: dict[str, Any], *, last_steps: int =
                                     title=f"Step attribution: {out.name} (last {len(files)} steps)")  # fmt: skip
 
 
+def _gain_table(figures: dict[str, Any], evals: dict[str, dict[str, Any]], k: int) -> str:
+    """Before -> after on the held-out tasks, for people: overall (with the task-paired SE), per level, success."""
+    before, after = evals["before"], evals["after"]
+    gain, se = figures["eval_delta_avg"], figures["eval_delta_se"]
+    lines = [f"held-out ({after['tasks']} tasks x {k}): avg@{k} {figures['eval_before_avg']:.3f} -> "
+             f"{figures['eval_after_avg']:.3f} ({gain:+.3f} ± {se:.3f})"]  # fmt: skip
+    for key in sorted(key for key in after if key.startswith("level") and key in before):
+        b, a = before[key][f"avg@{k}"], after[key][f"avg@{k}"]
+        lines.append(f"  {key}: avg@{k} {b:.3f} -> {a:.3f} ({a - b:+.3f})")
+    for key in ("success", "well_formed"):
+        b, a = figures[f"eval_before_{key}"], figures[f"eval_after_{key}"]
+        lines.append(f"  {key.replace('_', '-')}: {b:.3f} -> {a:.3f} ({a - b:+.3f})")
+    return "\n".join(lines)
+
+
 def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, started: float) -> dict[str, Any]:
     from .callbacks import step_metrics
+    from .evaluate import paired_gain
 
     figures: dict[str, Any] = {}
     for when in ("before", "after"):
@@ -351,6 +370,8 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
             figures[f"eval_{when}_well_formed"] = e["well_formed_calls"]
     if "before" in evals and "after" in evals:
         figures["eval_delta_avg"] = round(figures["eval_after_avg"] - figures["eval_before_avg"], 4)
+        figures["eval_delta_se"] = paired_gain(evals["before"]["task_avg"], evals["after"]["task_avg"])[1]
+        figures["eval_delta_success"] = round(figures["eval_after_success"] - figures["eval_before_success"], 4)
         for level in sorted(key for key in evals["after"] if key.startswith("level")):
             if level in evals["before"]:
                 figures[f"eval_{level}_avg"] = [evals["before"][level][f"avg@{k}"], evals["after"][level][f"avg@{k}"]]
