@@ -1,6 +1,6 @@
 """Learning speed: vanilla GRPO against its mechanisms (ADCA, self-navigating, self-questioning), on held-out curves.
 
-    python benchmarks/learning.py            # grpo + adca, 3 seeds x 30 steps, eval every 10: ~90 min on 2 cores
+    python benchmarks/learning.py            # grpo + adca, 3 seeds x the config's 40 steps, eval every 10: ~2 h
     python benchmarks/learning.py --variants grpo,navigating,questioning --results benchmarks/results/mechanisms
     python benchmarks/learning.py --quick    # 1 seed x 15 steps, eval every 5: ~22 min
     python benchmarks/learning.py --seeds 1 --steps 2 --eval-every 2 --eval-limit 4 --results runs/learning-smoke \\
@@ -75,6 +75,13 @@ VARIANTS = ("grpo", "adca")
 """The default arms; ``ARMS`` lists all."""
 ARMS = ("grpo", "adca", "navigating", "questioning")
 NAVIGATION = {"enabled": True, "eta": 0.5, "extractor": "rules", "update_every": 5}
+
+
+def config_max_steps(config: str, default: int = 30) -> int:
+    """The config's ``max_steps`` (the demo's budget: 40 for the quickstart), else ``default``."""
+    import yaml
+
+    return int((yaml.safe_load(Path(config).read_text()) or {}).get("max_steps") or default)
 
 
 def eval_grid(steps: int, every: int) -> list[int]:
@@ -343,7 +350,7 @@ def main() -> None:
                                 allow_abbrev=False)  # fmt: skip
     p.add_argument("--quick", action="store_true", help="1 seed, 15 steps, eval every 5 (< 30 min)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3, quick 1)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 30, quick 15)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default the config's, quick 15)")
     p.add_argument("--eval-every", type=int, default=None, help="checkpoint/eval interval E (default 10, quick 5)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"arms, comma-separated, from {', '.join(ARMS)}")
     p.add_argument("--alpha", type=float, default=0.1, help="ADCA alpha")
@@ -368,10 +375,10 @@ def main() -> None:
     if bad := [v for v in variants if v not in ARMS]:
         p.error(f"unknown variants {bad}; choose from {', '.join(ARMS)}")
     args.seeds = args.seeds or (1 if args.quick else 3)
-    args.steps = args.steps or (15 if args.quick else 30)
-    args.eval_every = args.eval_every or (5 if args.quick else 10)
     args.out, args.results = Path(args.out).resolve(), Path(args.results).resolve()
     args.config = str(Path(args.config).resolve() if Path(args.config).exists() else ROOT / args.config)
+    args.steps = args.steps or (15 if args.quick else config_max_steps(args.config))
+    args.eval_every = args.eval_every or (5 if args.quick else 10)
     os.chdir(ROOT)  # the config's relative paths (the model) are relative to the repository
     from env_tools.base import load_environment
     from trainers.evaluate import config_defaults

@@ -10,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_POLICY = ROOT / "checkpoints" / "tiny-policy"
+LORA = ["--use_peft", "true", "--sync_mode", "lora", "--learning_rate", "5e-4"]
+"""The quickstart trains full weights; tests of the LoRA path (the one for real models) add these flags."""
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

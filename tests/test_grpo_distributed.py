@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_evolver._serving import free_port
+from tests.conftest import LORA
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCELERATE_CONFIG = ROOT / "trainers" / "accelerate_configs" / "zero2_cpu_2proc.yaml"
@@ -32,7 +33,7 @@ def test_deepspeed_zero2_two_cpu_processes(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIG),
            "--main_process_port", str(free_port()),
-           "-m", "trainers.grpo", "--config", str(QUICKSTART), "--max_steps", "2", "--eval_before", "false",
+           "-m", "trainers.grpo", "--config", str(QUICKSTART), *LORA, "--max_steps", "2", "--eval_before", "false",
            "--eval_after", "false", "--output_dir", str(out), "--per_device_train_batch_size", "4",
            "--gradient_accumulation_steps", "1", "--num_generations", "4", "--max_turns", "3",
            "--task_limit", "2", "--save_strategy", "no", "--report_to", "none"]  # fmt: skip
@@ -78,7 +79,7 @@ def test_token_budget_sub_batches_under_zero2(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIG),
            "--main_process_port", str(free_port()),
-           "-m", "trainers.grpo", "--config", str(QUICKSTART), "--max_steps", "2", "--eval_before", "false",
+           "-m", "trainers.grpo", "--config", str(QUICKSTART), *LORA, "--max_steps", "2", "--eval_before", "false",
            "--eval_after", "false", "--output_dir", str(out), "--per_device_train_batch_size", "8",
            "--gradient_accumulation_steps", "1", "--num_generations", "4", "--max_turns", "5",
            "--level_weights", "1:0,2:0,3:1", "--max_tokens_per_microbatch", "1200", "--save_strategy", "no",

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import LORA
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 # level-3 tasks only: the tiny policy solves some of them, so groups have reward variance
-SMALL = ["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2", "--num_generations", "4",
+SMALL = [*LORA, "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2", "--num_generations", "4",
          "--max_turns", "5", "--level_weights", "1:0,2:0,3:1", "--eval_limit", "3", "--eval_k", "2",
          "--save_steps", "2", "--report_to", "tensorboard"]  # fmt: skip
 

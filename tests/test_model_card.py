@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import LORA
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 
@@ -23,7 +25,7 @@ def _config(tmp_path, *flags):
 def test_the_card_names_the_base_model_weights_tasks_evaluation_and_command(tmp_path):
     from trainers.model_card import launch_command, write_model_card
 
-    script, cfg, model_args = _config(tmp_path)
+    script, cfg, model_args = _config(tmp_path, *LORA)
     command = launch_command(["--config", "examples/quickstart.yaml", "--learning_rate", "5e-4"])
     evals = {"before": _evals(0.797), "after": _evals(0.802)}
     path = write_model_card(tmp_path / "run" / "README.md", cfg=cfg, model_args=model_args,

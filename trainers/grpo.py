@@ -208,7 +208,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     model_path = _check_model(model_args)
     if cfg.sync_mode == "lora" and not model_args.use_peft:
         raise ConfigError("sync_mode=lora trains a LoRA adapter and publishes it: set use_peft: true (with lora_r, "
-                          "lora_alpha, lora_target_modules), or use sync_mode=full on GPUs.")  # fmt: skip
+                          "lora_alpha, lora_target_modules), or sync_mode=full (all weights, any device).")  # fmt: skip
     if cfg.sync_mode == "full" and model_args.use_peft:
         raise ConfigError("sync_mode=full trains and publishes all weights: set use_peft: false, or use "
                           "sync_mode=lora to train and publish a LoRA adapter.")  # fmt: skip
