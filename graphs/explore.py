@@ -17,6 +17,7 @@ its calls recorded with token ids), and writes tasks with ``EVOLVER_SYNTHESIZER`
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import os
 from typing import Any, TypedDict
@@ -51,12 +52,18 @@ class ExploreState(TypedDict, total=False):
     filters: dict[str, Any]
 
 
-def _world(env_name: str, seed_task_id: str | None) -> tuple[Task | None, list[Task], list[Task]]:
+@functools.lru_cache(maxsize=16)
+def _task_lists(env_name: str) -> tuple[tuple[Task, ...], tuple[Task, ...]]:
+    """An environment's training and held-out tasks, loaded once per process (explore and filter both need them)."""
     instance = load_environment(env_name)
     try:
-        seeds, held = list(instance.list_tasks("train")), list(instance.list_tasks("test"))
+        return tuple(instance.list_tasks("train")), tuple(instance.list_tasks("test"))
     finally:
         instance.close()
+
+
+def _world(env_name: str, seed_task_id: str | None) -> tuple[Task | None, list[Task], list[Task]]:
+    seeds, held = (list(tasks) for tasks in _task_lists(env_name))
     if not seed_task_id:
         return (seeds[0] if seeds else None), seeds, held
     for task in [*seeds, *held]:
