@@ -183,14 +183,15 @@ def evaluate(base_url: str, tasks: list, checkpoint: Path | None, model: str, ev
     An adapter is loaded under a fresh name and unloaded after; full weights (LoRA-free runs) replace the base
     weights through ``/update_weights_from_disk`` and ``base_path``'s weights are put back after.
     """
+    from langgraph_evolver.errors import EvolverError
     from trainers.evaluate import _load_adapter, evaluate_endpoint, group_by_task, summarize
-    from trainers.sync import _post, unload_adapter
+    from trainers.sync import load_weights, unload_adapter
 
     def serve_weights(path: Path, version: str) -> None:
-        r = _post(base_url, "/update_weights_from_disk", {"model_path": str(path.resolve()), "version": version},
-                  "EMPTY", 600.0)  # fmt: skip
-        if r.status_code != 200:
-            raise SystemExit(f"loading the weights at {path} failed: HTTP {r.status_code} {r.text[:300]}")
+        try:
+            load_weights(base_url, path, version)
+        except EvolverError as e:
+            raise SystemExit(str(e)) from None
 
     started = time.perf_counter()
     adapter = checkpoint is not None and (checkpoint / "adapter_config.json").exists()

@@ -39,6 +39,7 @@ __all__ = [
     "LoraSync",
     "adapter_version_name",
     "load_adapter",
+    "load_weights",
     "served_models",
     "unload_adapter",
 ]
@@ -97,6 +98,31 @@ def load_adapter(base_url: str, path: str | Path, name: str, *, api_key: str = "
     if r.status_code != 200:
         raise PolicyEndpointError(f"Loading adapter {name} from {path} failed: HTTP {r.status_code} {r.text[:300]}")
     return name
+
+
+def load_weights(base_url: str, path: str | Path, version: str, *, api_key: str = "EMPTY",
+                 timeout: float = 600.0) -> str:  # fmt: skip
+    """Have the endpoint serve the full weights in ``path`` (``/update_weights_from_disk``) labelled ``version``.
+
+    The served name stays the same. Raises ``ConfigError`` when the endpoint has no such route and
+    ``PolicyEndpointError`` when loading fails (the old weights keep serving) or the endpoint is unreachable.
+    """
+    r = _post(base_url, "/update_weights_from_disk", {"model_path": str(Path(path).resolve()), "version": version},
+              api_key, timeout)  # fmt: skip
+    if r.status_code == 404 and "update_weights_from_disk" not in r.text:
+        raise ConfigError(f"{base_url} has no /update_weights_from_disk (our policy server and SGLang have "
+                          "it): serve the policy with one of them, or use full_sync_transport=nccl with "
+                          "`trl vllm-serve` on GPUs, or sync_mode=lora.")  # fmt: skip
+    ok = r.status_code == 200
+    if ok:
+        try:
+            ok = bool(r.json().get("success", True))
+        except ValueError:
+            ok = False
+    if not ok:
+        raise PolicyEndpointError(f"Loading the weights at {path} (version {version}) failed: HTTP {r.status_code} "
+                                  f"{r.text[:300]}")  # fmt: skip
+    return version
 
 
 def unload_adapter(base_url: str, name: str, *, api_key: str = "EMPTY", timeout: float = 60.0) -> bool:
@@ -231,21 +257,7 @@ class DiskSync:
         if path.exists():  # publishing a step again: same directory, the endpoint reloads it
             shutil.rmtree(path)
         model.save_pretrained(str(path), state_dict=state_dict)
-        r = _post(self.base_url, "/update_weights_from_disk", {"model_path": str(path.resolve()), "version": version},
-                  self.api_key, self.timeout)  # fmt: skip
-        if r.status_code == 404 and "update_weights_from_disk" not in r.text:
-            raise ConfigError(f"{self.base_url} has no /update_weights_from_disk (our policy server and SGLang have "
-                              "it): serve the policy with one of them, or use full_sync_transport=nccl with "
-                              "`trl vllm-serve` on GPUs, or sync_mode=lora.")  # fmt: skip
-        ok = r.status_code == 200
-        if ok:
-            try:
-                ok = bool(r.json().get("success", True))
-            except ValueError:
-                ok = False
-        if not ok:
-            raise PolicyEndpointError(f"Loading the weights of step {step} from {path} failed: HTTP {r.status_code} "
-                                      f"{r.text[:300]}")  # fmt: skip
+        load_weights(self.base_url, path, version, api_key=self.api_key, timeout=self.timeout)
         self.version = version
         if version in self.published:
             self.published.remove(version)
