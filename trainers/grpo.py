@@ -320,7 +320,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                     {name: out / f"eval_{name}" for name in evals}, timeout_s=60,
                     dataset_name=f"{cfg.env_id}-{script_args.eval_split}")  # fmt: skip
             if "eval_delta_avg" in figures:
-                print(_gain_table(figures, evals, k), file=sys.stderr)
+                print(_gain_table(figures, evals["after"]["tasks"], k), file=sys.stderr)
             print(json.dumps(figures))
         if isinstance(trainer.policy, LoraSync) and state.is_main_process and not server:
             trainer.policy.close()
@@ -341,15 +341,14 @@ def _attribution_report(out: Path, figures: dict[str, Any], *, last_steps: int =
                                     title=f"Step attribution: {out.name} (last {len(files)} steps)")  # fmt: skip
 
 
-def _gain_table(figures: dict[str, Any], evals: dict[str, dict[str, Any]], k: int) -> str:
+def _gain_table(figures: dict[str, Any], tasks: int, k: int) -> str:
     """Before -> after on the held-out tasks, for people: overall (with the task-paired SE), per level, success."""
-    before, after = evals["before"], evals["after"]
     gain, se = figures["eval_delta_avg"], figures["eval_delta_se"]
-    lines = [f"held-out ({after['tasks']} tasks x {k}): avg@{k} {figures['eval_before_avg']:.3f} -> "
+    lines = [f"held-out ({tasks} tasks x {k}): avg@{k} {figures['eval_before_avg']:.3f} -> "
              f"{figures['eval_after_avg']:.3f} ({gain:+.3f} ± {se:.3f})"]  # fmt: skip
-    for key in sorted(key for key in after if key.startswith("level") and key in before):
-        b, a = before[key][f"avg@{k}"], after[key][f"avg@{k}"]
-        lines.append(f"  {key}: avg@{k} {b:.3f} -> {a:.3f} ({a - b:+.3f})")
+    for key in sorted(key for key in figures if key.startswith("eval_level")):  # [before, after] per level
+        b, a = figures[key]
+        lines.append(f"  {key.removeprefix('eval_').removesuffix('_avg')}: avg@{k} {b:.3f} -> {a:.3f} ({a - b:+.3f})")
     for key in ("success", "well_formed"):
         b, a = figures[f"eval_before_{key}"], figures[f"eval_after_{key}"]
         lines.append(f"  {key.replace('_', '-')}: {b:.3f} -> {a:.3f} ({a - b:+.3f})")
