@@ -118,3 +118,15 @@ def test_the_vllm_qwen_example_is_a_valid_config_with_its_commands(tmp_path):
     assert model_args.model_name_or_path == cfg.policy_model == "Qwen/Qwen2.5-7B-Instruct"
     assert model_args.use_peft and model_args.lora_r == 64 and cfg.sync_mode == "lora"
     assert cfg.importance_correction == "tis" and cfg.max_tokens_per_microbatch == 32768
+
+
+def test_gain_table_names_the_split_it_evaluated():
+    from trainers.grpo import _gain_table
+
+    figures = {"eval_before_avg": 0.5, "eval_after_avg": 0.6, "eval_delta_avg": 0.1, "eval_delta_se": 0.02,
+               "eval_level3_avg": [0.25, 0.5], "eval_before_success": 0.4, "eval_after_success": 0.45,
+               "eval_before_well_formed": 0.9, "eval_after_well_formed": 0.95}  # fmt: skip
+    held_out = _gain_table(figures, 75, 4)
+    assert held_out.splitlines()[0] == "held-out (75 tasks x 4): avg@4 0.500 -> 0.600 (+0.100 ± 0.020)"
+    assert "  level3: avg@4 0.250 -> 0.500 (+0.250)" in held_out and "  success: 0.400 -> 0.450 (+0.050)" in held_out
+    assert _gain_table(figures, 75, 4, split="validation").startswith("validation split (75 tasks x 4)")

@@ -320,7 +320,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                     {name: out / f"eval_{name}" for name in evals}, timeout_s=60,
                     dataset_name=f"{cfg.env_id}-{script_args.eval_split}")  # fmt: skip
             if "eval_delta_avg" in figures:
-                print(_gain_table(figures, evals["after"]["tasks"], k), file=sys.stderr)
+                print(_gain_table(figures, evals["after"]["tasks"], k, split=script_args.eval_split), file=sys.stderr)
             print(json.dumps(figures))
         if isinstance(trainer.policy, LoraSync) and state.is_main_process and not server:
             trainer.policy.close()
@@ -341,10 +341,11 @@ def _attribution_report(out: Path, figures: dict[str, Any], *, last_steps: int =
                                     title=f"Step attribution: {out.name} (last {len(files)} steps)")  # fmt: skip
 
 
-def _gain_table(figures: dict[str, Any], tasks: int, k: int) -> str:
-    """Before -> after on the held-out tasks, for people: overall (with the task-paired SE), per level, success."""
+def _gain_table(figures: dict[str, Any], tasks: int, k: int, *, split: str = "test") -> str:
+    """Before -> after on the evaluated tasks, for people: overall (with the task-paired SE), per level, success."""
     gain, se = figures["eval_delta_avg"], figures["eval_delta_se"]
-    lines = [f"held-out ({tasks} tasks x {k}): avg@{k} {figures['eval_before_avg']:.3f} -> "
+    name = "held-out" if split == "test" else f"{split} split"
+    lines = [f"{name} ({tasks} tasks x {k}): avg@{k} {figures['eval_before_avg']:.3f} -> "
              f"{figures['eval_after_avg']:.3f} ({gain:+.3f} ± {se:.3f})"]  # fmt: skip
     for key in sorted(key for key in figures if key.startswith("eval_level")):  # [before, after] per level
         b, a = figures[key]
