@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import re
 import time
@@ -27,6 +28,7 @@ from .errors import ConfigError
 
 __all__ = [
     "CallTally",
+    "VerdictTally",
     "JsonlCache",
     "LoopSemaphores",
     "ask_with_retries",
@@ -52,6 +54,31 @@ def check_template(name: str, template: str, fields: tuple[str, ...]) -> None:
             f"{name} is not a valid template ({type(e).__name__}: {e}); it may use only the fields "
             f"{', '.join('{' + f + '}' for f in fields)}, and literal braces must be doubled."
         ) from None
+
+
+@dataclass(slots=True, kw_only=True)
+class VerdictTally:
+    """Running totals every LLM judge keeps (mutable: the judge adds each verdict it returns).
+
+    A verdict is anything with ``attempts``, ``cached``, ``fallback``, ``input_tokens`` and
+    ``output_tokens``; the judges' own stats add what only they count.
+    """
+
+    model_calls: int = 0
+    cache_hits: int = 0
+    fallbacks: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, verdict: Any) -> None:
+        self.model_calls += verdict.attempts
+        self.cache_hits += verdict.cached
+        self.fallbacks += verdict.fallback
+        self.input_tokens += verdict.input_tokens
+        self.output_tokens += verdict.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)

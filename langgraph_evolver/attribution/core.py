@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from langgraph_evolver._llm import VerdictTally
 from langgraph_evolver.types import Trajectory
 
 __all__ = [
@@ -137,30 +138,18 @@ class Attribution:
 
 
 @dataclass(slots=True, kw_only=True)
-class JudgeStats:
-    """Running totals of one judge, for metrics (mutable: the judge adds to it)."""
+class JudgeStats(VerdictTally):
+    """Running totals of one attribution judge, for metrics (``fallbacks``: trajectories whose
+    verdict is an outcome-only fallback)."""
 
     trajectories: int = 0
     """Verdicts returned (cache hits included)."""
-    model_calls: int = 0
-    cache_hits: int = 0
-    fallbacks: int = 0
-    """Trajectories whose verdict is an outcome-only fallback."""
-    input_tokens: int = 0
-    output_tokens: int = 0
     cost_usd: float = 0.0
 
     def add(self, verdict: Attribution) -> None:
+        VerdictTally.add(self, verdict)  # explicit: zero-argument super() fails in slotted dataclasses
         self.trajectories += 1
-        self.model_calls += verdict.attempts
-        self.cache_hits += verdict.cached
-        self.fallbacks += verdict.fallback
-        self.input_tokens += verdict.input_tokens
-        self.output_tokens += verdict.output_tokens
         self.cost_usd += verdict.cost_usd
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @runtime_checkable

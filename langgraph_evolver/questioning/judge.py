@@ -33,6 +33,7 @@ from typing import Any
 from langgraph_evolver._llm import (
     CallTally,
     LoopSemaphores,
+    VerdictTally,
     ask_with_retries,
     check_template,
     json_values,
@@ -139,29 +140,17 @@ class JudgeScore:
         return dataclasses.asdict(self)
 
 
-@dataclass(slots=True)
-class ReferenceAwareJudgeStats:
-    """Running totals of one reference judge."""
+@dataclass(slots=True, kw_only=True)
+class ReferenceAwareJudgeStats(VerdictTally):
+    """Running totals of one reference judge (``out_of_band``: scores clamped into their band)."""
 
     verdicts: int = 0
-    model_calls: int = 0
-    cache_hits: int = 0
-    fallbacks: int = 0
     out_of_band: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
 
     def add(self, verdict: JudgeScore) -> None:
+        VerdictTally.add(self, verdict)  # explicit: zero-argument super() fails in slotted dataclasses
         self.verdicts += 1
-        self.model_calls += verdict.attempts
-        self.cache_hits += verdict.cached
-        self.fallbacks += verdict.fallback
         self.out_of_band += verdict.clamped
-        self.input_tokens += verdict.input_tokens
-        self.output_tokens += verdict.output_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _banded(achieved: bool, score: int) -> tuple[int, bool]:
