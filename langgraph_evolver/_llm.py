@@ -33,6 +33,7 @@ __all__ = [
     "LoopSemaphores",
     "ask_with_retries",
     "check_template",
+    "init_model",
     "json_values",
     "make_cache",
     "message_text",
@@ -79,6 +80,22 @@ class VerdictTally:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def init_model(spec: str, *, role: str, accepted: str, **model_kwargs: Any) -> Any:
+    """``init_chat_model(spec, **model_kwargs)`` for an LLM role; an empty spec or a model that
+    cannot be built is a ``ConfigError`` naming the role, the cause and ``accepted`` (what to pass)."""
+    name = spec.strip()
+    if not name:
+        raise ConfigError(f"The {role} model is an empty string. {accepted}")
+    try:
+        from langchain.chat_models import init_chat_model
+
+        return init_chat_model(name, **model_kwargs)
+    except Exception as e:
+        raise ConfigError(
+            f"Cannot build the {role} model {name!r}: {type(e).__name__}: {str(e).splitlines()[0]}. {accepted}"
+        ) from e
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)

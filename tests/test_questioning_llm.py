@@ -321,3 +321,19 @@ async def test_an_llm_refines_what_the_profile_rules_got_wrong():
     assert "lookup_weather" not in refined["entities"].get("weather", {}).get("operations", [])
     failed = await arefine_profile(derived, ScriptedJudgeModel(["no"]), max_retries=0)
     assert failed["operations"] == derived["operations"] and "no JSON object" in failed["refine_error"]
+
+
+def test_cli_chat_model_specs_fail_with_what_to_pass():
+    from langchain_openai import ChatOpenAI
+
+    from langgraph_evolver.questioning.__main__ import chat_model
+
+    model = chat_model("openai:Qwen/Qwen2.5-7B-Instruct", base_url="http://127.0.0.1:9/v1")
+    assert isinstance(model, ChatOpenAI) and model.model_name == "Qwen/Qwen2.5-7B-Instruct"
+    assert str(model.openai_api_base) == "http://127.0.0.1:9/v1"
+    with pytest.raises(ConfigError, match=r"Cannot build the chat model 'no-such-provider:m'.*'policy:<name>'"):
+        chat_model("no-such-provider:m")
+    with pytest.raises(ConfigError, match="The chat model is an empty string. Use 'schema'"):
+        chat_model("  ")
+    with pytest.raises(ConfigError, match="needs --base-url"):
+        chat_model("policy:tiny")

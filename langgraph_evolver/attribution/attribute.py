@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from langgraph_evolver._llm import init_model
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Trajectory
 
@@ -66,16 +67,8 @@ def make_judge(spec: str | BaseChatModel | Judge, **options: Any) -> Judge:
             return _build(ReferenceJudge, None, options)
         if not name:
             raise ConfigError(_ACCEPTED.format(got="an empty string"))
-        model_kwargs = options.pop("model_kwargs", None) or {}
-        try:
-            from langchain.chat_models import init_chat_model
-
-            model = init_chat_model(name, **model_kwargs)
-        except Exception as e:
-            raise ConfigError(
-                f"Cannot build the judge model {name!r}: {type(e).__name__}: {str(e).splitlines()[0]}. "
-                + _ACCEPTED.format(got=repr(name))
-            ) from e
+        model = init_model(name, role="judge", accepted=_ACCEPTED.format(got=repr(name)),
+                           **(options.pop("model_kwargs", None) or {}))  # fmt: skip
         return _build(LLMJudge, model, options)
     if callable(getattr(spec, "ajudge", None)) and callable(getattr(spec, "judge", None)):
         if options:

@@ -41,6 +41,7 @@ from langgraph_evolver._llm import (
     LoopSemaphores,
     ask_with_retries,
     check_template,
+    init_model,
     json_values,
     model_id,
     run_sync,
@@ -189,7 +190,7 @@ class LLMExtractor:
         name: str | None = None,
     ) -> None:
         if isinstance(model, str):
-            model = _init_model(model, model_kwargs or {})
+            model = init_model(model, role="extractor", accepted=_EXTRACTOR_ACCEPTED, **(model_kwargs or {}))
         if not hasattr(model, "ainvoke"):
             got = type(model).__name__
             raise ConfigError(f"LLMExtractor needs a LangChain chat model or a model string, got a {got}.")
@@ -334,17 +335,7 @@ class LLMExtractor:
         )  # fmt: skip
 
 
-def _init_model(name: str, model_kwargs: dict[str, Any]) -> BaseChatModel:
-    if not name.strip():
-        raise ConfigError("The extractor model is an empty string; pass 'rules', a chat-model string such as "
-                          "'openai:gpt-4.1-mini', or a LangChain chat model instance.")  # fmt: skip
-    try:
-        from langchain.chat_models import init_chat_model
-
-        return init_chat_model(name.strip(), **model_kwargs)
-    except Exception as e:
-        raise ConfigError(
-            f"Cannot build the extractor model {name!r}: {type(e).__name__}: {str(e).splitlines()[0]}. "
-            "Pass 'rules' (no LLM), a model string with a known provider prefix such as 'openai:gpt-4.1-mini' "
-            "(endpoint settings in model_kwargs={'base_url': ..., 'api_key': ...}), or a LangChain chat model instance."
-        ) from e
+_EXTRACTOR_ACCEPTED = (
+    "Pass 'rules' (no LLM), a model string with a known provider prefix such as 'openai:gpt-4.1-mini' "
+    "(endpoint settings in model_kwargs={'base_url': ..., 'api_key': ...}), or a LangChain chat model instance."
+)

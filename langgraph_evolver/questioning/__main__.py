@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from langgraph_evolver._llm import init_model
 from langgraph_evolver.errors import ConfigError
 
 from .pipeline import synthesize_tasks
@@ -75,16 +76,9 @@ def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = 
         if not base_url:
             raise ConfigError(f"{spec!r} needs --base-url (the policy endpoint, e.g. http://127.0.0.1:8000/v1).")
         return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=key, max_tokens=256)
-    try:
-        from langchain.chat_models import init_chat_model
-
-        extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
-        return init_chat_model(spec, **extra)
-    except Exception as e:
-        raise ConfigError(
-            f"Cannot build the chat model {spec!r}: {type(e).__name__}: {str(e).splitlines()[0]}. "
-            "Use 'schema'/'offline', 'policy:<name>' or a string such as 'openai:gpt-4.1-mini'."
-        ) from e
+    extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
+    return init_model(spec, role="chat", accepted="Use 'schema'/'offline', 'policy:<name>' or a string such as "
+                      "'openai:gpt-4.1-mini'.", **extra)  # fmt: skip
 
 
 def run_setup(target: str) -> None:
