@@ -34,7 +34,7 @@ from uuid import UUID, uuid4
 
 from langchain_core.tracers.langchain import LangChainTracer
 
-from .tracing import TraceLimits, bound_payload, compact_llm_outputs, to_jsonable
+from .tracing import JsonlTracer, TraceLimits, bound_payload, compact_llm_outputs, to_jsonable
 from .types import Task, Trajectory
 
 __all__ = [
@@ -396,8 +396,6 @@ def annotate_rollouts(
 def _annotate_local(callbacks: Any, trajectories: Sequence[Trajectory], advantages: Sequence[Any] | None,
                     step: int | None) -> int:  # fmt: skip
     """``JsonlTracer`` s: the reward as a feedback line on each rollout's root, with the rollout metadata."""
-    from .tracing import JsonlTracer
-
     handlers = getattr(callbacks, "handlers", callbacks) or []
     done = 0
     for tracer in (h for h in handlers if isinstance(h, JsonlTracer)):
