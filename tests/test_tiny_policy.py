@@ -214,3 +214,33 @@ def test_experience_rate_cli_keeps_the_init_tokenizer(tmp_path, monkeypatch):
         AutoTokenizer.from_pretrained(out).get_vocab()
         == AutoTokenizer.from_pretrained(tiny.DEFAULT_CHECKPOINT).get_vocab()
     )
+
+
+def test_task_store_tasks_join_the_supervised_chats_and_held_out_ones_are_refused(tmp_path, tokenizer):
+    import dataclasses
+
+    from env_tools.sandbox import SandboxEnvironment
+    from langgraph_evolver.questioning import TaskStore, exploration_task, explore, synthesize
+    from trainers.tiny import store_tasks
+
+    world = exploration_task(generate_tasks("train", 1, start=100_000)[0], env="sandbox", seed=0)
+    synthetic = synthesize(explore(SandboxEnvironment(), world, n_breadth=3, n_depth=8, seed=0), max_tasks=4, seed=0)
+    assert synthetic
+    with TaskStore(tmp_path / "tasks.sqlite") as store:
+        store.add_many(synthetic)
+    tasks = store_tasks(tmp_path / "tasks.sqlite")
+    assert sorted(t.id for t in tasks) == sorted(t.id for t in synthetic)
+    messages, tools = reference_conversation(tasks[0])
+    assert messages[1]["content"] == tasks[0].query  # the synthetic phrasing, solved by its reference
+    calls = [m["tool_calls"][0]["function"]["name"] for m in messages if m.get("tool_calls")]
+    assert calls == [c.name for c in tasks[0].reference_solution]
+    ids, labels = encode_example(tokenizer, messages, tools)
+    assert any(x != -100 for x in labels)
+
+    held_out = generate_tasks("test", 1)[0]
+    with TaskStore(tmp_path / "leak.sqlite") as store:
+        store.add_many([dataclasses.replace(synthetic[0], id="synthetic-x", query=held_out.query)])
+    with pytest.raises(SystemExit, match="held-out"):
+        store_tasks(tmp_path / "leak.sqlite")
+    with pytest.raises(SystemExit, match="no such file"):
+        store_tasks(tmp_path / "missing.sqlite")

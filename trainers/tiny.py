@@ -52,6 +52,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from env_tools.sandbox import SandboxEnvironment, generate_tasks
+from env_tools.sandbox.tasks import SPLIT_SIZES
 from env_tools.sandbox.world import CITIES, EVENT_TITLES, FIRST_NAMES
 from langgraph_evolver.types import Action, Task, ToolCall
 
@@ -448,6 +449,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         for i, t in enumerate(generate_tasks("train", args.examples))
         if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0
     ]
+    tasks += store_tasks(args.task_store) if args.task_store else []
     mistakes = random.Random(1)
     navigator = experience_navigator(args.experience_pool, args.experience_top_k) if args.experience_pool else None
     if args.experience_rate > 0 and navigator is None:
@@ -546,12 +548,35 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         "experience_rate": args.experience_rate,
         "experience_top_k": args.experience_top_k if navigator else None,
         "experience_pool": args.experience_pool,
+        "task_store": args.task_store,
         "command": "python -m trainers.tiny " + " ".join(sys.argv[1:]),
     }
     (out / "warm_start_summary.json").write_text(json.dumps(summary, indent=2))
     plot_history(out / "warm_start_history.jsonl", out / "warm_start.png")
     print(json.dumps(summary))
     return summary
+
+
+def store_tasks(path: str | Path) -> list[Task]:
+    """The tasks of a ``TaskStore`` to supervise beside the seed stream (their reference solutions).
+
+    Meant for offline-synthesized tasks of training-stream worlds, so that the policy reads their
+    generic phrasing as a model that follows instructions would. A store holding a held-out task
+    (same id or query) is refused.
+    """
+    from langgraph_evolver.questioning import TaskStore
+
+    if not Path(path).exists():
+        raise SystemExit(f"--task-store {path}: no such file (make one with python -m langgraph_evolver.questioning)")
+    with TaskStore(path) as store:
+        tasks = [t for t in store.list() if t.reference_solution]
+    held_out = generate_tasks("test", SPLIT_SIZES["test"])
+    leaked = {t.id for t in held_out} | {t.query for t in held_out}
+    bad = [t.id for t in tasks if t.id in leaked or t.query in leaked]
+    if bad:
+        raise SystemExit(f"--task-store {path} holds {len(bad)} held-out task(s) ({', '.join(bad[:3])}); "
+                         "supervising them would leak the evaluation")  # fmt: skip
+    return tasks
 
 
 def selection_key(figures: dict[str, float], band_max: float) -> tuple[float, bool, float]:
@@ -617,6 +642,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--experience-top-k", type=int, default=3, help="experiences per block (trimmed to fit)")
     p.add_argument("--eval-split", choices=["test", "validation"], default="test",
                    help="evaluate on the held-out split or on training-split tasks from 200000 on")  # fmt: skip
+    p.add_argument("--task-store", help="also supervise this TaskStore's tasks (synthetic tasks of training worlds)")
     p.add_argument("--keep", choices=["best", "last"], default="best",
                    help="save the checkpoint selection_key prefers, or the last one evaluated")  # fmt: skip
     return p
