@@ -242,5 +242,9 @@ def test_task_store_tasks_join_the_supervised_chats_and_held_out_ones_are_refuse
         store.add_many([dataclasses.replace(synthetic[0], id="synthetic-x", query=held_out.query)])
     with pytest.raises(SystemExit, match="held-out"):
         store_tasks(tmp_path / "leak.sqlite")
+    with TaskStore(tmp_path / "world.sqlite") as store:  # a new task, but set in a held-out world
+        store.add_many([dataclasses.replace(synthetic[0], id="synthetic-y", env_params=held_out.env_params)])
+    with pytest.raises(SystemExit, match="held-out"):
+        store_tasks(tmp_path / "world.sqlite")
     with pytest.raises(SystemExit, match="no such file"):
         store_tasks(tmp_path / "missing.sqlite")

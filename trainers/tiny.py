@@ -562,7 +562,7 @@ def store_tasks(path: str | Path) -> list[Task]:
 
     Meant for offline-synthesized tasks of training-stream worlds, so that the policy reads their
     generic phrasing as a model that follows instructions would. A store holding a held-out task
-    (same id or query) is refused.
+    (same id or query) or a task set in a held-out world (same ``env_params``) is refused.
     """
     from langgraph_evolver.questioning import TaskStore
 
@@ -572,10 +572,12 @@ def store_tasks(path: str | Path) -> list[Task]:
         tasks = [t for t in store.list() if t.reference_solution]
     held_out = generate_tasks("test", SPLIT_SIZES["test"])
     leaked = {t.id for t in held_out} | {t.query for t in held_out}
-    bad = [t.id for t in tasks if t.id in leaked or t.query in leaked]
+    worlds = {json.dumps(t.env_params, sort_keys=True) for t in held_out}
+    bad = [t.id for t in tasks
+           if t.id in leaked or t.query in leaked or json.dumps(t.env_params, sort_keys=True) in worlds]  # fmt: skip
     if bad:
-        raise SystemExit(f"--task-store {path} holds {len(bad)} held-out task(s) ({', '.join(bad[:3])}); "
-                         "supervising them would leak the evaluation")  # fmt: skip
+        raise SystemExit(f"--task-store {path} holds {len(bad)} held-out task(s) or task(s) of held-out "
+                         f"worlds ({', '.join(bad[:3])}); supervising them would leak the evaluation")  # fmt: skip
     return tasks
 
 
