@@ -51,8 +51,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from env_tools.sandbox import SandboxEnvironment, generate_tasks
-from env_tools.sandbox.tasks import SPLIT_SIZES
+from env_tools.sandbox import SandboxEnvironment, generate_tasks, seed_tasks
 from env_tools.sandbox.world import CITIES, EVENT_TITLES, FIRST_NAMES
 from langgraph_evolver.types import Action, Task, ToolCall
 
@@ -570,11 +569,13 @@ def store_tasks(path: str | Path) -> list[Task]:
         raise SystemExit(f"--task-store {path}: no such file (make one with python -m langgraph_evolver.questioning)")
     with TaskStore(path) as store:
         tasks = [t for t in store.list() if t.reference_solution]
-    held_out = generate_tasks("test", SPLIT_SIZES["test"])
-    leaked = {t.id for t in held_out} | {t.query for t in held_out}
-    worlds = {json.dumps(t.env_params, sort_keys=True) for t in held_out}
-    bad = [t.id for t in tasks
-           if t.id in leaked or t.query in leaked or json.dumps(t.env_params, sort_keys=True) in worlds]  # fmt: skip
+
+    def world(task: Task) -> str:
+        return json.dumps(task.env_params, sort_keys=True)
+
+    held_out = seed_tasks("test")
+    leaked = {t.id for t in held_out} | {t.query for t in held_out} | {world(t) for t in held_out}
+    bad = [t.id for t in tasks if leaked & {t.id, t.query, world(t)}]
     if bad:
         raise SystemExit(f"--task-store {path} holds {len(bad)} held-out task(s) or task(s) of held-out "
                          f"worlds ({', '.join(bad[:3])}); supervising them would leak the evaluation")  # fmt: skip
