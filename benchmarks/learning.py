@@ -17,7 +17,8 @@
    ``--synthetic_ratio 1.0``; the store is made once, offline, from the training split's worlds, with the held-out
    queries excluded by the duplicate filter) instead of the seed training split: the paper's "synthetic tasks
    alone" claim on our sandbox. Every arm of a seed gets the same seed and budget. Underscore flags this script
-   does not know go to every trainer unchanged (``--learning_rate 1e-3``).
+   does not know go to every trainer unchanged (``--learning_rate 1e-3``); ``--model_name_or_path DIR`` (full
+   weights) is then every arm's start and the step-0 policy of the curves.
 2. Held-out curves: one policy server on the tiny policy, started here, evaluates the test split (75 tasks) x k=4 =
    300 samples with the quickstart's sampling settings at steps 0, E, 2E, ... and the last step. Step 0 is the
    untrained policy, shared by both variants of a seed (evaluated once per seed); every later point serves that
@@ -82,6 +83,20 @@ def config_max_steps(config: str, default: int = 30) -> int:
     import yaml
 
     return int((yaml.safe_load(Path(config).read_text()) or {}).get("max_steps") or default)
+
+
+def start_policy(extra: list[str], default: str | Path) -> Path:
+    """The policy every arm starts from: ``--model_name_or_path`` among the trainer flags, else the config's."""
+    path = default
+    for i, flag in enumerate(extra):
+        if flag == "--model_name_or_path" and i + 1 < len(extra):
+            path = extra[i + 1]
+        elif flag.startswith("--model_name_or_path="):
+            path = flag.split("=", 1)[1]
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise SystemExit(f"start policy {path} has no config.json (give a full-weights checkpoint directory)")
+    return path.resolve()
 
 
 def eval_grid(steps: int, every: int) -> list[int]:
@@ -165,7 +180,7 @@ def checkpoint_dir(variant: str, seed: int, step: int, args: argparse.Namespace)
 def cached_evaluate(cache: Path, reuse: bool, base_url: str, tasks: list, checkpoint: Path | None, model: str,
                     ev: dict, base_path: Path | None = None) -> dict:  # fmt: skip
     """``evaluate``, kept in ``cache`` (JSON with the settings); with ``--reuse`` a matching file is read back."""
-    key = {**ev, "tasks": [t.id for t in tasks]}
+    key = {**ev, "tasks": [t.id for t in tasks], "start": str(base_path) if base_path else None}
     if reuse and cache.exists():
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
@@ -403,7 +418,7 @@ def main() -> None:
     runs: dict = {v: {} for v in variants}
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    base_path = Path(cfg.get("model_path", ROOT / "checkpoints" / "tiny-policy"))
+    base_path = start_policy(extra, cfg.get("model_path", ROOT / "checkpoints" / "tiny-policy"))
     server = PolicyServerProcess(base_path, threads=2, log_path=out / "eval_server.log")
     server.start()
     try:
@@ -415,7 +430,7 @@ def main() -> None:
                     for key in ("steps", "wall_s", "step_s_mean", "train_reward_first", "train_reward_last")
                 }
             base = cached_evaluate(out / f"eval_base_s{seed}.json", args.reuse, server.base_url, tasks, None,
-                                   server.model_name, ev)  # fmt: skip
+                                   server.model_name, ev, base_path)  # fmt: skip
             print(f"seed {seed} step 0: avg@{ev['k']} {base['avg']} (se {base['se']})", file=sys.stderr)
             for variant in variants:
                 run_dir = out / f"{variant}-s{seed}"

@@ -75,6 +75,20 @@ def test_evaluations_are_cached_per_settings(tmp_path, monkeypatch):
     assert learning.cached_evaluate(cache, False, "u", tasks, None, "m", ev) != first  # no --reuse: evaluate again
     learning.cached_evaluate(cache, True, "u", tasks, None, "m", {"k": 8})  # other settings: evaluate again
     assert len(calls) == 3
+    learning.cached_evaluate(cache, True, "u", tasks, None, "m", {"k": 8}, tmp_path)  # another start policy: again
+    assert len(calls) == 4
+
+
+def test_the_start_policy_follows_model_name_or_path_among_the_trainer_flags(tmp_path):
+    default, other = tmp_path / "default", tmp_path / "other"
+    for d in (default, other):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    assert learning.start_policy(["--learning_rate", "1e-3"], default) == default.resolve()
+    assert learning.start_policy(["--model_name_or_path", str(other)], default) == other.resolve()
+    assert learning.start_policy([f"--model_name_or_path={other}", "--seed", "1"], default) == other.resolve()
+    with pytest.raises(SystemExit, match="no config.json"):
+        learning.start_policy(["--model_name_or_path", str(tmp_path)], default)
 
 
 def test_arm_figures_for_every_variant_against_grpo():
