@@ -152,18 +152,28 @@ def synthetic_store(args: argparse.Namespace) -> Path:
     """The questioning arm's task store: ``--synthetic-n`` tasks made offline once (reused when complete)."""
     from langgraph_evolver.questioning import TaskStore, synthesize_tasks
 
-    path = Path(args.out) / f"synthetic-{args.synthetic_n}.sqlite"
+    per = args.synthetic_per_world
+    path = Path(args.out) / (f"synthetic-{args.synthetic_n}.sqlite" if per == 20 else
+                             f"synthetic-{args.synthetic_n}-per{per}.sqlite")  # fmt: skip
     if path.exists():
         with TaskStore(path) as store:
             if len(store) >= args.synthetic_n:
                 return path
         path.unlink()
-    tasks, report = synthesize_tasks("sandbox", args.synthetic_n, seed=0, progress=False)
+    tasks, report = synthesize_tasks("sandbox", args.synthetic_n, seed=0, per_exploration=per, progress=False)
     with TaskStore(path) as store:
         store.add_many(tasks)
     print(f"questioning: {report.kept} synthetic tasks from {report.explorations} explorations -> {path}",
           file=sys.stderr)  # fmt: skip
     return path
+
+
+def synthetic_worlds(args: argparse.Namespace) -> int:
+    """How many distinct worlds the questioning arm's synthetic tasks are set in."""
+    from langgraph_evolver.questioning import TaskStore
+
+    with TaskStore(synthetic_store(args)) as store:
+        return len({json.dumps(t.env_params, sort_keys=True) for t in store.list()})
 
 
 def checkpoint_dir(variant: str, seed: int, step: int, args: argparse.Namespace) -> Path:
@@ -371,6 +381,12 @@ def main() -> None:
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"arms, comma-separated, from {', '.join(ARMS)}")
     p.add_argument("--alpha", type=float, default=0.1, help="ADCA alpha")
     p.add_argument("--synthetic-n", type=int, default=100, help="synthetic tasks for the questioning arm")
+    p.add_argument(
+        "--synthetic-per-world",
+        type=int,
+        default=20,
+        help="the most synthetic tasks drawn from one explored world (fewer: more worlds)",
+    )
     p.add_argument("--eval-limit", type=int, default=None, help="only the first N held-out tasks (default all 75)")
     p.add_argument("--eval-k", type=int, default=None, help="samples per held-out task (default the config's, 4)")
     p.add_argument("--threshold-of", choices=("gain", "score"), default="gain", help="see the docstring")
@@ -461,7 +477,8 @@ def main() -> None:
         "eval_se": round(se, 4), "steps": xs, "mean_curves": mean, "seed_curves": curves, "seeds": seeds,
         "alpha": args.alpha, "eval_samples": len(tasks) * ev["k"], **paired_train_figures(training, seeds, variants),
         "trainer_args": extra, "notes": notes,
-        **({"synthetic_n": args.synthetic_n} if "questioning" in variants else {}),
+        **({"synthetic_n": args.synthetic_n, "synthetic_per_world": args.synthetic_per_world,
+            "synthetic_worlds": synthetic_worlds(args)} if "questioning" in variants else {}),
         **({"navigation": NAVIGATION} if "navigating" in variants else {}),
         "train_s": {v: {s: r["wall_s"] for s, r in runs[v].items()} for v in variants},
         "wall_s": round(time.perf_counter() - started, 1), "reused": bool(args.reuse),

@@ -2,7 +2,7 @@
 
     python benchmarks/questioning.py            # ~3 min on 2 cores
     python benchmarks/questioning.py --quick    # ~1 min
-    python benchmarks/questioning.py --learning # + the learning comparison (benchmarks/learning.py, ~1.5 h)
+    python benchmarks/questioning.py --learning # + the learning comparison (benchmarks/learning.py, ~1 h)
 
 Ends with one JSON line:
 
@@ -20,8 +20,12 @@ Ends with one JSON line:
   called per exploration, and the tasks the offline synthesizer + filters keep per exploration. The
   tiny policy was trained to solve sandbox tasks, not to explore: its figures are a floor.
 - With ``--learning``: runs ``benchmarks/learning.py --variants grpo,questioning`` (held-out avg@4
-  after training on ``--synthetic-n`` synthetic tasks only vs on the seed training split, same budget,
-  3 seeds) and adds its ``questioning_*`` figures.
+  after training on ``--synthetic-n`` synthetic tasks only vs on the seed training split, same budget:
+  ``--learning-steps`` steps, 3 seeds) and adds its ``questioning_*`` figures. Both arms start from
+  ``--start`` (default ``checkpoints/tiny-policy-synthetic``: the tiny policy that also read 3,000
+  synthetic chats of training worlds, so it can read the synthesizer's phrasing; the committed
+  ``checkpoints/tiny-policy`` earns 0.005 on synthetic tasks and would give the questioning arm no
+  reward to learn from; ``docs/self-questioning.md``).
 """
 
 from __future__ import annotations
@@ -140,6 +144,8 @@ def main() -> None:
     p.add_argument("--worlds", type=int, default=None, help="worlds for the explorer comparison (default 6, quick 2)")
     p.add_argument("--learning", action="store_true", help="also run the learning comparison (~1.5 h)")
     p.add_argument("--synthetic-n", type=int, default=100, help="synthetic tasks for the learning comparison")
+    p.add_argument("--learning-steps", type=int, default=20, help="optimizer steps per arm and seed")
+    p.add_argument("--start", default="checkpoints/tiny-policy-synthetic", help="both arms' start policy")
     args = p.parse_args()
     n = args.n or (30 if args.quick else 100)
     worlds = args.worlds or (2 if args.quick else 6)
@@ -158,7 +164,8 @@ def main() -> None:
         results = ROOT / "benchmarks" / "results" / "questioning"
         cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--variants", "grpo,questioning",
                "--synthetic-n", str(args.synthetic_n), "--out", str(ROOT / "runs" / "learning-questioning"),
-               "--results", str(results), "--reuse"]  # fmt: skip
+               "--results", str(results), "--reuse", "--steps", str(args.learning_steps), "--eval-every",
+               str(max(1, args.learning_steps // 2)), "--model_name_or_path", args.start]  # fmt: skip
         subprocess.run(cmd, check=True, cwd=ROOT)
         learned = json.loads((results / "learning.json").read_text())
         figures.update({k: v for k, v in learned.items() if k.startswith(("questioning_", "grpo_", "start_score",

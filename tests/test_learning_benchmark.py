@@ -162,3 +162,19 @@ def test_full_weight_checkpoints_are_found_served_and_restored(tmp_path, tiny_po
     assert fingerprint() == "base"  # and the base weights are back
     with pytest.raises(SystemExit, match="needs base_path"):
         learning.evaluate(tiny_policy_url, tasks, ckpt, "tiny-policy", ev)
+
+
+def test_the_questioning_store_is_named_by_tasks_per_world_and_counts_its_worlds(tmp_path):
+    from types import SimpleNamespace
+
+    from env_tools.sandbox.tasks import seed_tasks
+    from langgraph_evolver.questioning import TaskStore
+
+    args = SimpleNamespace(out=tmp_path, synthetic_n=3, synthetic_per_world=1)
+    with TaskStore(tmp_path / "synthetic-3-per1.sqlite") as store:  # a complete store is reused, not remade
+        store.add_many(seed_tasks("train")[:3])
+    assert learning.synthetic_store(args) == tmp_path / "synthetic-3-per1.sqlite"
+    assert learning.synthetic_worlds(args) == 3  # one seed task per world
+    made = learning.synthetic_store(SimpleNamespace(**{**vars(args), "synthetic_per_world": 20}))  # synthesized
+    with TaskStore(made) as store:
+        assert made.name == "synthetic-3.sqlite" and len(store) == 3
