@@ -319,20 +319,23 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    # training rollouts: arm - GRPO outcome reward per step (same tasks), 5-step moving average, mean over seeds
-    for variant in variants:
-        if variant in ("grpo", "questioning"):
-            continue
-        diffs = [reward_diff(train, seed, variant) for seed in sorted(train["grpo"])]
-        n = min(len(d) for d in diffs)
-        diff = [statistics.fmean(d[i] for d in diffs) for i in range(n)]
-        smooth = [statistics.fmean(diff[max(0, i - 4) : i + 1]) for i in range(len(diff))]
-        ax2.plot(range(1, len(diff) + 1), smooth, color=COLORS.get(variant, "tab:gray"), linewidth=1.5,
-                 label=f"{variant} - grpo")  # fmt: skip
-    ax2.axhline(0.0, color="black", linewidth=0.8)
+    # training rollouts: arm - GRPO outcome reward per step (same tasks), 5-step moving average, mean over seeds;
+    # with no paired arm (questioning trains on other tasks), each arm's own training reward instead
+    paired = [v for v in variants if v not in ("grpo", "questioning")]
+    for variant in paired or variants:
+        seeds = sorted(train["grpo"])
+        runs = [reward_diff(train, s, variant) if paired else train[variant][s]["reward"] for s in seeds]
+        n = min(len(r) for r in runs)
+        curve = [statistics.fmean(r[i] for r in runs) for i in range(n)]
+        smooth = [statistics.fmean(curve[max(0, i - 4) : i + 1]) for i in range(n)]
+        ax2.plot(range(1, n + 1), smooth, color=COLORS.get(variant, "tab:gray"), linewidth=1.5,
+                 label=f"{variant} - grpo" if paired else variant)  # fmt: skip
+    if paired:
+        ax2.axhline(0.0, color="black", linewidth=0.8)
     ax2.set_xlabel("optimizer step")
-    ax2.set_ylabel("training reward, arm - GRPO (5-step avg)")
-    ax2.set_title("paired: same tasks at every step (mean over seeds)", fontsize=9)
+    ax2.set_ylabel("training reward, arm - GRPO (5-step avg)" if paired else "training reward (5-step avg)")
+    ax2.set_title("paired: same tasks at every step (mean over seeds)" if paired else
+                  "each arm on its own training tasks (mean over seeds)", fontsize=9)  # fmt: skip
     ax2.legend(fontsize=8)
     ax2.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -178,3 +178,12 @@ def test_the_questioning_store_is_named_by_tasks_per_world_and_counts_its_worlds
     made = learning.synthetic_store(SimpleNamespace(**{**vars(args), "synthetic_per_world": 20}))  # synthesized
     with TaskStore(made) as store:
         assert made.name == "synthetic-3.sqlite" and len(store) == 3
+
+
+@pytest.mark.parametrize("arms", [("grpo", "adca"), ("grpo", "questioning")])
+def test_the_plot_is_drawn_with_and_without_a_paired_arm(tmp_path, arms):
+    xs, curves = [0, 10], {v: {0: [0.5, 0.6], 1: [0.5, 0.55]} for v in arms}
+    mean = {v: [0.5, 0.575] for v in arms}
+    train = {v: {0: {"reward": [0.1, 0.2, 0.3]}, 1: {"reward": [0.2, 0.2]}} for v in arms}
+    learning.plot(tmp_path / "l.png", xs, curves, mean, 0.56, 4, "t", train)
+    assert (tmp_path / "l.png").stat().st_size > 10_000
