@@ -16,9 +16,10 @@
    the loss); ``questioning`` trains on ``--synthetic-n`` synthesized tasks only (``--task_store`` with
    ``--synthetic_ratio 1.0``; the store is made once, offline, from the training split's worlds, with the held-out
    queries excluded by the duplicate filter) instead of the seed training split: the paper's "synthetic tasks
-   alone" claim on our sandbox. Every arm of a seed gets the same seed and budget. Underscore flags this script
-   does not know go to every trainer unchanged (``--learning_rate 1e-3``); ``--model_name_or_path DIR`` (full
-   weights) is then every arm's start and the step-0 policy of the curves.
+   alone" claim on our sandbox; ``mixed`` trains on the seed split plus as many synthetic tasks
+   (``--synthetic_ratio 0.5``, the same store). Every arm of a seed gets the same seed and budget. Underscore
+   flags this script does not know go to every trainer unchanged (``--learning_rate 1e-3``);
+   ``--model_name_or_path DIR`` (full weights) is then every arm's start and the step-0 policy of the curves.
 2. Held-out curves: one policy server on the tiny policy, started here, evaluates the test split (75 tasks) x k=4 =
    300 samples with the quickstart's sampling settings at steps 0, E, 2E, ... and the last step. Step 0 is the
    untrained policy, shared by both variants of a seed (evaluated once per seed); every later point serves that
@@ -43,7 +44,7 @@
      the same tasks at every step, so the per-step arm - GRPO outcome reward on training rollouts removes task
      difficulty, which dominates the raw training curve. ``<v>_train_reward_gain`` = its mean from step 2 on
      (step 1 samples both from the untrained policy), averaged over seeds (``_se`` across seeds). Not for
-     ``questioning``, whose training tasks differ (its training reward is on synthetic tasks).
+     ``questioning`` and ``mixed``, whose training tasks differ (their training reward is partly on synthetic tasks).
      ``<variant>_no_signal_share``: GRPO's zero-variance groups vs ADCA's groups with neither outcome nor process
      variance (what the process channel adds).
    - Evaluations are kept next to the runs (``eval_base_s<seed>.json``, ``<variant>-s<seed>/eval_step<N>.json``);
@@ -74,7 +75,9 @@ for _key, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("T
 
 VARIANTS = ("grpo", "adca")
 """The default arms; ``ARMS`` lists all."""
-ARMS = ("grpo", "adca", "navigating", "questioning")
+ARMS = ("grpo", "adca", "navigating", "questioning", "mixed")
+UNPAIRED = ("questioning", "mixed")
+"""Arms trained on other tasks than GRPO's at a step: no paired training-reward figures."""
 NAVIGATION = {"enabled": True, "eta": 0.5, "extractor": "rules", "update_every": 5}
 
 
@@ -141,8 +144,9 @@ def arm_args(variant: str, args: argparse.Namespace) -> list[str]:
         return ["--attribution", json.dumps({"alpha": args.alpha, "judge": "reference"})]
     if variant == "navigating":
         return ["--navigation", json.dumps(NAVIGATION)]
-    if variant == "questioning":
-        return ["--task_store", str(synthetic_store(args)), "--synthetic_ratio", "1.0"]
+    if variant in UNPAIRED:
+        ratio = "1.0" if variant == "questioning" else "0.5"
+        return ["--task_store", str(synthetic_store(args)), "--synthetic_ratio", ratio]
     if variant != "grpo":
         raise SystemExit(f"unknown variant {variant!r}; choose from {', '.join(ARMS)}")
     return []
@@ -274,14 +278,14 @@ def reward_diff(train: dict, seed: int, variant: str = "adca") -> list[float]:
 
 def paired_train_figures(train: dict, seeds: list[int], variants: tuple[str, ...] = VARIANTS) -> dict:
     """Arm - GRPO on training rollouts. A seed gives every arm the same tasks at every step, so the per-step
-    difference removes task difficulty (which dominates the raw training curve). Not for questioning."""
+    difference removes task difficulty (which dominates the raw training curve). Not for the unpaired arms."""
     figs: dict = {}
     for v in variants:
         rewards = [r for s in seeds for r in train[v][s]["reward"]]
         figs[f"{v}_train_reward_mean"] = round(statistics.fmean(rewards), 4) if rewards else None
         signal = [r for s in seeds for r in train[v][s]["no_signal"]]
         figs[f"{v}_no_signal_share"] = round(statistics.fmean(signal), 4) if signal else None
-        if v in ("grpo", "questioning"):
+        if v == "grpo" or v in UNPAIRED:
             continue
         # from step 2 on: step 1 samples both arms from the same untrained policy (pure sampling noise)
         diffs = [statistics.fmean(reward_diff(train, s, v)[1:]) for s in seeds]
@@ -296,7 +300,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else round(a / b, 3)
 
 
-COLORS = {"grpo": "tab:blue", "adca": "tab:orange", "navigating": "tab:green", "questioning": "tab:red"}
+COLORS = {"grpo": "tab:blue", "adca": "tab:orange", "navigating": "tab:green", "questioning": "tab:red",
+          "mixed": "tab:purple"}  # fmt: skip
 
 
 def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, k: int, title: str,
@@ -321,7 +326,7 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     ax.grid(alpha=0.3)
     # training rollouts: arm - GRPO outcome reward per step (same tasks), 5-step moving average, mean over seeds;
     # with no paired arm (questioning trains on other tasks), each arm's own training reward instead
-    paired = [v for v in variants if v not in ("grpo", "questioning")]
+    paired = [v for v in variants if v != "grpo" and v not in UNPAIRED]
     for variant in paired or variants:
         seeds = sorted(train["grpo"])
         runs = [reward_diff(train, s, variant) if paired else train[variant][s]["reward"] for s in seeds]
@@ -383,7 +388,7 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=None, help="checkpoint/eval interval E (default 10, quick 5)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"arms, comma-separated, from {', '.join(ARMS)}")
     p.add_argument("--alpha", type=float, default=0.1, help="ADCA alpha")
-    p.add_argument("--synthetic-n", type=int, default=100, help="synthetic tasks for the questioning arm")
+    p.add_argument("--synthetic-n", type=int, default=100, help="synthetic tasks for the questioning and mixed arms")
     p.add_argument(
         "--synthetic-per-world",
         type=int,
@@ -481,7 +486,7 @@ def main() -> None:
         "alpha": args.alpha, "eval_samples": len(tasks) * ev["k"], **paired_train_figures(training, seeds, variants),
         "trainer_args": extra, "notes": notes,
         **({"synthetic_n": args.synthetic_n, "synthetic_per_world": args.synthetic_per_world,
-            "synthetic_worlds": synthetic_worlds(args)} if "questioning" in variants else {}),
+            "synthetic_worlds": synthetic_worlds(args)} if set(UNPAIRED) & set(variants) else {}),
         **({"navigation": NAVIGATION} if "navigating" in variants else {}),
         "train_s": {v: {s: r["wall_s"] for s, r in runs[v].items()} for v in variants},
         "wall_s": round(time.perf_counter() - started, 1), "reused": bool(args.reuse),

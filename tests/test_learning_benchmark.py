@@ -108,13 +108,22 @@ def test_arm_figures_for_every_variant_against_grpo():
     assert "threshold_score" in figs and "navigating_steps_ratio_score" in figs
 
 
-def test_arm_flags():
+def test_arm_flags(tmp_path):
     from types import SimpleNamespace
+
+    from env_tools.sandbox.tasks import seed_tasks
+    from langgraph_evolver.questioning import TaskStore
 
     args = SimpleNamespace(alpha=0.2)
     assert learning.arm_args("grpo", args) == []
     assert json.loads(learning.arm_args("adca", args)[1]) == {"alpha": 0.2, "judge": "reference"}
     assert json.loads(learning.arm_args("navigating", args)[1])["enabled"] is True
+    args.out, args.synthetic_n, args.synthetic_per_world = tmp_path, 2, 1
+    with TaskStore(tmp_path / "synthetic-2-per1.sqlite") as store:
+        store.add_many(seed_tasks("train")[:2])
+    assert learning.arm_args("questioning", args)[-2:] == ["--synthetic_ratio", "1.0"]
+    assert learning.arm_args("mixed", args) == ["--task_store", str(tmp_path / "synthetic-2-per1.sqlite"),
+                                                "--synthetic_ratio", "0.5"]  # fmt: skip
     with pytest.raises(SystemExit, match="unknown variant"):
         learning.arm_args("magic", args)
 
