@@ -19,9 +19,11 @@ Ends with one JSON line:
   side: turns per second, the share of turns whose tool call ran without an error, distinct tools
   called per exploration, and the tasks the offline synthesizer + filters keep per exploration. The
   tiny policy was trained to solve sandbox tasks, not to explore: its figures are a floor.
-- With ``--learning``: runs ``benchmarks/learning.py --variants grpo,questioning`` (held-out avg@4
-  after training on ``--synthetic-n`` synthetic tasks only vs on the seed training split, same budget:
-  ``--learning-steps`` steps, 3 seeds) and adds its ``questioning_*`` figures. Both arms start from
+- With ``--learning``: runs ``benchmarks/learning.py --variants grpo,questioning,mixed`` (held-out
+  avg@4 after training on ``--synthetic-n`` synthetic tasks only, or on the seed training split plus as
+  many synthetic tasks, vs on the seed training split; same budget: ``--learning-steps`` steps, 3 seeds;
+  ``--synthetic-per-world 1``: one task per explored world) and adds its ``questioning_*`` and
+  ``mixed_*`` figures (``benchmarks/results/questioning/``). Both arms start from
   ``--start`` (default ``checkpoints/tiny-policy-synthetic``: the tiny policy that also read 3,000
   synthetic chats of training worlds, so it can read the synthesizer's phrasing; the committed
   ``checkpoints/tiny-policy`` earns 0.005 on synthetic tasks and would give the questioning arm no
@@ -145,6 +147,7 @@ def main() -> None:
     p.add_argument("--learning", action="store_true", help="also run the learning comparison (~1.5 h)")
     p.add_argument("--synthetic-n", type=int, default=100, help="synthetic tasks for the learning comparison")
     p.add_argument("--learning-steps", type=int, default=20, help="optimizer steps per arm and seed")
+    p.add_argument("--synthetic-per-world", type=int, default=1, help="the most synthetic tasks from one world")
     p.add_argument("--start", default="checkpoints/tiny-policy-synthetic", help="both arms' start policy")
     args = p.parse_args()
     n = args.n or (30 if args.quick else 100)
@@ -162,14 +165,15 @@ def main() -> None:
     figures.update(explorer_figures(worlds, 3, 17, embeddings))
     if args.learning:
         results = ROOT / "benchmarks" / "results" / "questioning"
-        cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--variants", "grpo,questioning",
-               "--synthetic-n", str(args.synthetic_n), "--out", str(ROOT / "runs" / "learning-questioning"),
-               "--results", str(results), "--reuse", "--steps", str(args.learning_steps), "--eval-every",
-               str(max(1, args.learning_steps // 2)), "--model_name_or_path", args.start]  # fmt: skip
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--variants", "grpo,questioning,mixed",
+               "--synthetic-n", str(args.synthetic_n), "--synthetic-per-world", str(args.synthetic_per_world),
+               "--out", str(ROOT / "runs" / "learning-questioning"), "--results", str(results), "--reuse",
+               "--steps", str(args.learning_steps), "--eval-every", str(max(1, args.learning_steps // 2)),
+               "--model_name_or_path", args.start]  # fmt: skip
         subprocess.run(cmd, check=True, cwd=ROOT)
         learned = json.loads((results / "learning.json").read_text())
-        figures.update({k: v for k, v in learned.items() if k.startswith(("questioning_", "grpo_", "start_score",
-                                                                          "eval_se", "synthetic_n"))})  # fmt: skip
+        keep = ("questioning_", "mixed_", "grpo_", "start_score", "eval_se", "synthetic_")
+        figures.update({k: v for k, v in learned.items() if k.startswith(keep)})
     figures["wall_s"] = round(time.perf_counter() - started, 1)
     figures["loadavg_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
