@@ -4,6 +4,7 @@ seed and synthetic tasks, and one GRPO step on a TaskStore of sandbox tasks (own
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,10 @@ def test_mixing_keeps_the_ratio_and_the_ids():
     half = mix_synthetic(seeds, synthetic, 0.5, seed=1)
     assert len(half) == 40 and half[:20] == seeds and {t.id for t in half[20:]} <= {t.id for t in synthetic}
     assert mix_synthetic(seeds, synthetic, 0.5, seed=1) == half  # deterministic
-    assert len(mix_synthetic(seeds, synthetic[:3], 0.75)) == 80  # fewer synthetic than wanted: sampled again
+    more = mix_synthetic(seeds, synthetic[:3], 0.75)  # fewer synthetic than wanted (60 of 3): each 20 times
+    assert len(more) == 80 and Counter(t.id for t in more[20:]) == {t.id: 20 for t in synthetic[:3]}
+    some = mix_synthetic(seeds, synthetic[:8], 0.5)  # 20 of 8: every task twice or three times, none left out
+    assert sorted(Counter(t.id for t in some[20:]).values()) == [2] * 4 + [3] * 4
 
 
 def test_the_synthetic_share_is_resampled_per_epoch():

@@ -116,7 +116,10 @@ def mix_synthetic(seed_tasks: list[Task], synthetic: list[Task], ratio: float, s
     out: list[Task] = []
     for epoch in range(epochs):
         rng = random.Random(seed if epoch == 0 else f"{seed}/{epoch}")
-        picked = rng.sample(synthetic, want) if want <= len(synthetic) else [rng.choice(synthetic) for _ in range(want)]
+        # every synthetic task once per full pass, the rest a sample without replacement (never a task
+        # drawn twice while another is left out)
+        full, rest = divmod(want, len(synthetic))
+        picked = [t for _ in range(full) for t in rng.sample(synthetic, len(synthetic))] + rng.sample(synthetic, rest)
         out += [*seed_tasks, *picked]
     return out
 
