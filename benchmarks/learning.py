@@ -175,9 +175,10 @@ def synthetic_store(args: argparse.Namespace) -> Path:
 def synthetic_worlds(args: argparse.Namespace) -> int:
     """How many distinct worlds the questioning arm's synthetic tasks are set in."""
     from langgraph_evolver.questioning import TaskStore
+    from trainers.tiny import world_key
 
     with TaskStore(synthetic_store(args)) as store:
-        return len({json.dumps(t.env_params, sort_keys=True) for t in store.list()})
+        return len({world_key(t) for t in store.list()})
 
 
 def checkpoint_dir(variant: str, seed: int, step: int, args: argparse.Namespace) -> Path:

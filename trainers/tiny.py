@@ -556,6 +556,11 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def world_key(task: Task) -> str:
+    """The world a task is set in, as a key (its ``env_params``): tasks with equal keys share a world."""
+    return json.dumps(task.env_params, sort_keys=True)
+
+
 def store_tasks(path: str | Path) -> list[Task]:
     """The tasks of a ``TaskStore`` to supervise beside the seed stream (their reference solutions).
 
@@ -569,13 +574,9 @@ def store_tasks(path: str | Path) -> list[Task]:
         raise SystemExit(f"--task-store {path}: no such file (make one with python -m langgraph_evolver.questioning)")
     with TaskStore(path) as store:
         tasks = [t for t in store.list() if t.reference_solution]
-
-    def world(task: Task) -> str:
-        return json.dumps(task.env_params, sort_keys=True)
-
     held_out = seed_tasks("test")
-    leaked = {t.id for t in held_out} | {t.query for t in held_out} | {world(t) for t in held_out}
-    bad = [t.id for t in tasks if leaked & {t.id, t.query, world(t)}]
+    leaked = {t.id for t in held_out} | {t.query for t in held_out} | {world_key(t) for t in held_out}
+    bad = [t.id for t in tasks if leaked & {t.id, t.query, world_key(t)}]
     if bad:
         raise SystemExit(f"--task-store {path} holds {len(bad)} held-out task(s) or task(s) of held-out "
                          f"worlds ({', '.join(bad[:3])}); supervising them would leak the evaluation")  # fmt: skip
