@@ -76,7 +76,9 @@ for _key, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("T
 VARIANTS = ("grpo", "adca")
 """The default arms; ``ARMS`` lists all."""
 ARMS = ("grpo", "adca", "navigating", "questioning", "mixed")
-UNPAIRED = ("questioning", "mixed")
+SYNTHETIC_RATIO = {"questioning": "1.0", "mixed": "0.5"}
+"""The arms trained on synthetic tasks, with their ``--synthetic_ratio``."""
+UNPAIRED = tuple(SYNTHETIC_RATIO)
 """Arms trained on other tasks than GRPO's at a step: no paired training-reward figures."""
 NAVIGATION = {"enabled": True, "eta": 0.5, "extractor": "rules", "update_every": 5}
 
@@ -144,9 +146,8 @@ def arm_args(variant: str, args: argparse.Namespace) -> list[str]:
         return ["--attribution", json.dumps({"alpha": args.alpha, "judge": "reference"})]
     if variant == "navigating":
         return ["--navigation", json.dumps(NAVIGATION)]
-    if variant in UNPAIRED:
-        ratio = "1.0" if variant == "questioning" else "0.5"
-        return ["--task_store", str(synthetic_store(args)), "--synthetic_ratio", ratio]
+    if variant in SYNTHETIC_RATIO:
+        return ["--task_store", str(synthetic_store(args)), "--synthetic_ratio", SYNTHETIC_RATIO[variant]]
     if variant != "grpo":
         raise SystemExit(f"unknown variant {variant!r}; choose from {', '.join(ARMS)}")
     return []
@@ -328,8 +329,8 @@ def plot(path: Path, xs: list[int], curves: dict, mean: dict, threshold: float, 
     # training rollouts: arm - GRPO outcome reward per step (same tasks), 5-step moving average, mean over seeds;
     # with no paired arm (questioning trains on other tasks), each arm's own training reward instead
     paired = [v for v in variants if v != "grpo" and v not in UNPAIRED]
+    seeds = sorted(train["grpo"])
     for variant in paired or variants:
-        seeds = sorted(train["grpo"])
         runs = [reward_diff(train, s, variant) if paired else train[variant][s]["reward"] for s in seeds]
         n = min(len(r) for r in runs)
         curve = [statistics.fmean(r[i] for r in runs) for i in range(n)]
