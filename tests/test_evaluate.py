@@ -77,3 +77,47 @@ def test_config_and_adapter_flags(tmp_path, tiny_policy_url, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["model"] == figures["model"]
     with pytest.raises(SystemExit):
         main(["--config", str(tmp_path / "missing.yaml")])
+
+
+def test_failed_rollouts_are_counted_apart_not_scored_zero():
+    good, answer = Step(index=0, action=CALL), Step(index=1, action=Action(content="42"))
+    outage = "rollout crashed: OpenAIAPIError: Error code: 500 - boom"
+    crashed = Trajectory(id="b/x", task=Task(id="b", query="q", metadata={"level": 1}), steps=(), reward=0.0,
+                         finish_reason="error", errors=(outage,))  # fmt: skip
+    overflow = Trajectory(id="a/o", task=Task(id="a", query="q", metadata={"level": 1}), steps=(good,), reward=None,
+                          finish_reason="error", errors=("maximum context length is 64 tokens",))  # fmt: skip
+    router_429 = Step(index=1, action=Action(), error="RateLimitError: 429", policy=False)
+    trajs = [traj("a", 1, 1.0, [good, router_429, answer]), overflow, traj("b", 1, 0.5, [good, answer]), crashed]
+    out = summarize(trajs, k=2)
+    # the crash is not a wrong answer: left out of every figure, counted with its error; the context overflow
+    # is the policy's own failure and scores 0
+    assert out["all"]["samples"] == 3 and out["all"]["avg@2"] == pytest.approx(0.5)
+    assert out["failed"] == 1 and out["failed_share"] == 0.25 and "Error code: 500" in out["first_failure"]
+    assert task_means(trajs) == {"a": 0.5, "b": 0.5}
+    assert well_formed_counts(trajs) == (3, 3)  # the router's failed call is not the policy's malformed call
+    text = io.StringIO()
+    print_report(trajs, out, 2, file=text)
+    assert "0.50 fail" in text.getvalue() and "failed rollouts (not scored" in text.getvalue()
+
+
+def test_evaluate_exits_non_zero_when_the_endpoint_fails(tmp_path, capsys):
+    from tests.conftest import TINY_POLICY
+    from trainers.evaluate import main
+    from trainers.policy_server import create_app, serve_in_background
+
+    app = create_app(str(TINY_POLICY), served_model_name="tiny-policy", seed=0)
+
+    def broken(rows, model):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    app.state.engine.prefill = broken
+    with serve_in_background(app) as url:
+        with pytest.raises(SystemExit) as stopped:
+            main(["--base-url", f"{url}/v1", "--limit", "2", "--k", "2", "--output-dir", str(tmp_path), "--quiet"])
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "4 of 4 rollouts of the evaluation failed outside the policy" in err and "illegal memory access" in err
+    import json
+
+    summary = json.loads((tmp_path / "summary.json").read_text())  # written all the same, with the failures apart
+    assert summary["failed"] == 4 and summary["all"]["samples"] == 0

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from langgraph_evolver.types import Trajectory, read_jsonl
 from tests.conftest import LORA
+from trainers.evaluate import well_formed_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
@@ -56,6 +58,12 @@ def test_train_evaluate_and_resume(tmp_path, capsys):
     assert (out / "checkpoint-2" / "trainer_state.json").exists()
     assert any((out / "runs").rglob("events.out.tfevents.*")), "TensorBoard logs"
     assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["step_00000.jsonl", "step_00001.jsonl"]
+    # the second step samples from the adapter published after the first: its calls are as well-formed as the
+    # base policy's (a server that could not serve adapters answered 500 here and the calls fell to 0)
+    second = [Trajectory.from_dict(d) for d in read_jsonl(out / "trajectories" / "step_00001.jsonl")]
+    assert {t.steps[0].model for t in second if t.steps} == {"tiny-policy-lora-step1"}
+    ok, attempts = well_formed_counts(second)
+    assert attempts and ok / attempts > 0.5, (ok, attempts, second[0].errors)
     for when in ("eval_before", "eval_after"):
         assert json.loads((out / when / "summary.json").read_text())["all"]["samples"] == 6
     # the model card: ours, not TRL's placeholder (base model None, a sample question unrelated to the run)

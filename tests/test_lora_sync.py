@@ -196,3 +196,42 @@ def test_resume_against_a_long_running_vllm_reloads_instead_of_stopping(monkeypa
     assert resumed.publish(Adapter(), 5) == "base-lora-step5"
     assert list(vllm.adapters) == ["base-lora-step5"] and (tmp_path / "a" / "base-lora-step5").exists()
     assert resumed.publish(Adapter(), 6) == "base-lora-step6" and list(vllm.adapters) == ["base-lora-step6"]
+
+
+@pytest.mark.timeout(600)
+def test_a_run_whose_served_adapter_fails_stops_and_keeps_its_last_checkpoint(tmp_path, capsys):
+    """The endpoint serves the base model but answers 500 for every adapter (as a transformers/peft pair that
+    cannot load adapters did): step 1 trains on the base model's rollouts, step 2's all fail, so the run stops
+    with a non-zero exit and the server's error, and nothing of step 2 is trained, saved or evaluated."""
+    import json
+
+    from tests.test_grpo_train import QUICKSTART, SMALL
+    from trainers.grpo import cli
+    from trainers.policy_server import create_app, serve_in_background
+
+    app = create_app(str(TINY_POLICY), served_model_name="tiny-policy", seed=0)
+    engine = app.state.engine
+    real_activate = engine._activate
+
+    def activate(name: str) -> None:
+        if name != engine.served_model_name:
+            raise ValueError("The version of PEFT you are using is not compatible, please use a version >= 0.22.0")
+        real_activate(name)
+
+    engine._activate = activate
+    out = tmp_path / "run"
+    with serve_in_background(app) as url:
+        with pytest.raises(SystemExit) as stopped:
+            cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "3", *SMALL, "--save_steps", "1",
+                 "--policy_base_url", f"{url}/v1", "--policy_model", "tiny-policy",
+                 "--eval_before", "false"])  # fmt: skip
+        health = httpx.get(f"{url}/health", timeout=10)
+    assert stopped.value.code != 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error: 16 of 16 rollouts for training step 2 failed outside the policy" in last, last
+    assert "version of PEFT" in last and "checkpoint-1" in last and "--resume_from_checkpoint" in last, last
+    assert health.status_code == 503 and "version of PEFT" in health.text  # the server does not claim to be healthy
+    assert (out / "checkpoint-1").is_dir() and not (out / "checkpoint-2").exists()
+    assert not (out / "final").exists() and not (out / "eval_after").exists() and not (out / "summary.json").exists()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in line]
+    assert [r["step"] for r in rows] == [1]  # only the step on the base model's rollouts was trained

@@ -724,3 +724,46 @@ async def test_runtime_lora_adapters(http: httpx.Client, url: str, model_dir: Pa
     after = _greedy(http, "tiny-base")
     assert after["choices"][0]["token_ids"] == before["choices"][0]["token_ids"]
     assert_close(returned_logprobs(after["choices"][0]), returned_logprobs(before["choices"][0]), 1e-5)
+
+
+def test_an_adapter_of_another_base_is_refused_and_leaves_nothing_behind(
+    http: httpx.Client, server: tuple[str, Any], adapter_dirs: dict[str, Path], tmp_path: Path
+):
+    # Trained on a model with a wider hidden size: its LoRA tensors cannot fit this base.
+    other_dir = tmp_path / "other-base"
+    tokenizer = build_tiny_tokenizer(200)
+    wider = ModelSize(hidden_size=96, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                      intermediate_size=128)  # fmt: skip
+    build_model(tokenizer, wider).save_pretrained(other_dir)
+    other = _make_adapter(other_dir, tmp_path / "other-adapter", seed=3)
+    engine = server[1].state.engine
+    before = {n for n, _ in engine.model.named_parameters()}
+    message = _error(http.post("/v1/load_lora_adapter", json={"lora_name": "odd", "lora_path": str(other)}), 400)
+    assert "does not fit the served model" in message
+    assert "odd" not in {m["id"] for m in http.get("/v1/models").json()["data"]}
+    assert {n for n, _ in engine.model.named_parameters()} == before, "a refused adapter left parameters behind"
+    assert http.get("/health").status_code == 200
+    # the server still loads, serves and drops a good adapter afterwards
+    good = {"lora_name": "ok", "lora_path": str(adapter_dirs["v1"])}
+    assert http.post("/v1/load_lora_adapter", json=good).status_code == 200
+    assert _greedy(http, "ok")["model"] == "ok"
+    assert http.post("/v1/unload_lora_adapter", json={"lora_name": "ok"}).status_code == 200
+
+
+def test_health_says_503_while_every_request_fails(http: httpx.Client, server: tuple[str, Any], monkeypatch):
+    engine = server[1].state.engine
+    real_prefill = engine.prefill
+
+    def broken(rows, model):
+        raise ValueError("The version of PEFT you are using is not compatible")
+
+    monkeypatch.setattr(engine, "prefill", broken)
+    assert http.get("/health").status_code == 200
+    for _ in range(3):
+        r = http.post("/v1/chat/completions", json={"model": "tiny-base", "messages": MESSAGES, "max_tokens": 4})
+        assert "not compatible" in _error(r, 500)
+    message = _error(http.get("/health"), 503)
+    assert "3 times in a row" in message and "ValueError: The version of PEFT" in message
+    monkeypatch.setattr(engine, "prefill", real_prefill)
+    chat(http, max_tokens=4)  # one request served again: healthy again
+    assert http.get("/health").status_code == 200

@@ -234,6 +234,15 @@ class EvolverGRPOConfig(GRPOConfig):
             "environment down) are left out of their group and counted."
         },  # fmt: skip
     )
+    max_failed_rollout_share: float = field(
+        default=0.5,
+        metadata={
+            "help": "Stop the run (non-zero exit, the endpoint's error in the last lines) when more than this share "
+            "of one step's rollouts failed outside the policy (the endpoint answered 500, the environment died): "
+            "training on what is left would learn from a broken setup. The checkpoints saved so far stay; nothing "
+            "of the failed step is trained, saved, published or evaluated. 1.0 never stops."
+        },  # fmt: skip
+    )
     merge_prefix_transitions: bool = field(
         default=True,
         metadata={
@@ -436,6 +445,8 @@ class EvolverGRPOConfig(GRPOConfig):
             problems.append("rollout_concurrency must be >= 1.")
         if self.malformed_call_penalty < 0:
             problems.append("malformed_call_penalty must be >= 0 (it is subtracted).")
+        if not 0.0 <= self.max_failed_rollout_share <= 1.0:
+            problems.append("max_failed_rollout_share must be in [0, 1] (1.0 never stops a run for failed rollouts).")
         problems += self._loss_problems()
         if self.max_tokens_per_microbatch is not None:
             if self.max_tokens_per_microbatch < 1:

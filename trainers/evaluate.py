@@ -37,29 +37,91 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langgraph_evolver.types import Trajectory, write_jsonl
 
 from .tiny import DEFAULT_CHECKPOINT
 
 __all__ = [
+    "POLICY_FAILURE_MARKERS",
     "context_overflow",
     "evaluate_endpoint",
+    "failed_rollouts",
+    "failure_kind",
+    "failure_summary",
     "group_by_task",
     "main",
     "make_parser",
     "select_tasks",
     "summarize",
+    "too_many_failures",
     "well_formed_counts",
 ]
 
 
+# Errors the policy caused (lower-case substrings of a trajectory's error lines). Context length:
+# vLLM, SGLang, OpenAI and our server all say "maximum context length" (OpenAI's code is
+# "context_length_exceeded"); a runaway episode: LangGraph's recursion limit or our turn limit
+# raised where the rollout could not turn it into ``max_turns`` (inside a subgraph or a tool).
+POLICY_FAILURE_MARKERS = (
+    "maximum context length",
+    "context_length_exceeded",
+    "context length exceeded",
+    "prompt is too long",
+    "graphrecursionerror",
+    "recursion limit",
+    "turnlimitreached",
+)
+
+
+def failure_kind(trajectory: Trajectory) -> Literal["policy", "infrastructure"] | None:
+    """Why a rollout ended in an error: ``"policy"`` (its own outputs caused it: score it),
+    ``"infrastructure"`` (endpoint, environment, evaluation, capture: leave it out), or ``None``.
+
+    A rollout counts as a policy failure only when every error line is one of
+    ``POLICY_FAILURE_MARKERS``; any other error (or an unknown one) is infrastructure, so an
+    outage is never scored as the policy's fault.
+    """
+    if trajectory.finish_reason != "error":
+        return None
+    lines = [e.lower() for e in trajectory.errors]
+    if lines and all(any(m in line for m in POLICY_FAILURE_MARKERS) for line in lines):
+        return "policy"
+    return "infrastructure"
+
+
+def failed_rollouts(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
+    """The rollouts that failed outside the policy (endpoint, environment, capture): no score, counted apart."""
+    return [t for t in trajectories if failure_kind(t) == "infrastructure"]
+
+
+def failure_summary(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """``failed`` (count), ``failed_share`` and ``first_failure`` (its first error line) of ``trajectories``."""
+    failed = failed_rollouts(trajectories)
+    return {
+        "failed": len(failed),
+        "failed_share": round(len(failed) / len(trajectories), 4) if trajectories else 0.0,
+        "first_failure": failed[0].errors[0] if failed and failed[0].errors else None,
+    }
+
+
+def too_many_failures(figures: dict[str, Any], max_share: float, what: str) -> str | None:
+    """The one-line reason a run must stop when more than ``max_share`` of its rollouts failed, else None."""
+    if not figures.get("failed") or figures["failed_share"] <= max_share:
+        return None
+    total = figures["failed"] + figures["all"]["samples"]
+    return (f"{figures['failed']} of {total} rollouts of {what} failed outside the policy (more than "
+            f"{max_share:.0%}); they are not scored. First error: {figures['first_failure']}")  # fmt: skip
+
+
 def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
-    """(well-formed tool-call turns, tool-call attempts) over ``trajectories``."""
+    """(well-formed tool-call turns, tool-call attempts) of the policy's own calls over ``trajectories``."""
     attempts = ok = 0
     for traj in trajectories:
         for step in traj.steps:
+            if not step.policy:  # another model of the graph (a router, a judge): not the policy's call
+                continue
             if step.action.tool_calls or step.error:
                 attempts += 1
                 ok += bool(step.action.tool_calls) and step.error is None
@@ -75,8 +137,10 @@ def group_by_task(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajecto
 
 
 def task_means(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Each task's mean reward over its samples (what a paired before/after comparison differences)."""
-    return {tid: statistics.fmean(t.reward or 0.0 for t in g) for tid, g in group_by_task(trajectories).items()}
+    """Each task's mean reward over its scored samples (what a paired before/after comparison differences);
+    failed rollouts (``failed_rollouts``) are left out, and a task with no scored sample too."""
+    scored = [t for t in trajectories if failure_kind(t) != "infrastructure"]
+    return {tid: statistics.fmean(t.reward or 0.0 for t in g) for tid, g in group_by_task(scored).items()}
 
 
 def paired_gain(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
@@ -95,7 +159,14 @@ def context_overflow(trajectories: Sequence[Trajectory]) -> float:
 
 
 def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
-    """avg@k, best@k, success and call well-formedness, overall, per level and per category."""
+    """avg@k, best@k, success and call well-formedness, overall, per level and per category.
+
+    Rollouts that failed outside the policy (the endpoint answered 500, the environment died) are
+    not wrong answers: they are left out of every figure and counted in ``failed`` /
+    ``failed_share``, with ``first_failure`` the first error line.
+    """
+    failures = failure_summary(trajectories)
+    all_trajectories, trajectories = trajectories, [t for t in trajectories if failure_kind(t) != "infrastructure"]
     by_task = group_by_task(trajectories)
 
     def figures(groups: list[list[Trajectory]]) -> dict[str, float]:
@@ -116,16 +187,17 @@ def summarize(trajectories: Sequence[Trajectory], k: int) -> dict[str, Any]:
     for category in dict.fromkeys(t.task.metadata["category"] for t in trajectories if t.task.metadata.get("category")):
         groups = [g for g in by_task.values() if g[0].task.metadata.get("category") == category]
         out[category] = {**figures(groups), "context_overflow": context_overflow([t for g in groups for t in g])}
-    out["errors"] = sum(bool(t.errors) for t in trajectories)
+    out["errors"] = sum(bool(t.errors) for t in all_trajectories)
     out["context_overflow"] = context_overflow(trajectories)
+    out.update(failures)
     return out
 
 
 def print_report(trajectories: Sequence[Trajectory], summary: dict[str, Any], k: int, file: Any = sys.stdout) -> None:
     for task_id, group in group_by_task(trajectories).items():
         meta = group[0].task.metadata
-        rewards = " ".join(f"{t.reward or 0.0:.2f}" for t in group)
-        best = max(t.reward or 0.0 for t in group)
+        rewards = " ".join("fail" if failure_kind(t) == "infrastructure" else f"{t.reward or 0.0:.2f}" for t in group)
+        best = max((t.reward or 0.0 for t in group if failure_kind(t) != "infrastructure"), default=0.0)
         print(
             f"{task_id:<22} L{meta.get('level', '?')} {meta.get('template', ''):<18} {rewards}  best {best:.2f}",
             file=file,
@@ -135,6 +207,9 @@ def print_report(trajectories: Sequence[Trajectory], summary: dict[str, Any], k:
         if isinstance(fig, dict):
             print(f"{name:<13}{fig[f'avg@{k}']:>9.3f}{fig[f'best@{k}']:>9.3f}{fig['success']:>9.3f}"
                   f"{fig['well_formed_calls']:>10.3f}{fig['samples']:>6}", file=file)  # fmt: skip
+    if summary.get("failed"):
+        print(f"\nfailed rollouts (not scored, not in the figures above): {summary['failed']} "
+              f"({summary['failed_share']:.0%}); first error: {summary['first_failure']}", file=file)  # fmt: skip
 
 
 async def evaluate_endpoint(
@@ -228,6 +303,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--output-dir", default="runs/evaluate")
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
+    p.add_argument("--max-failed-share", type=float, default=0.5,
+                   help="exit 1 when more than this share of the rollouts failed outside the policy (endpoint or "
+                   "environment errors; they are never scored as wrong answers)")  # fmt: skip
     return p
 
 
@@ -331,6 +409,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
     write_evaluation(out, trajectories, figures)
     print(json.dumps(figures))
+    if (reason := too_many_failures(figures, args.max_failed_share, "the evaluation")) is not None:
+        print(f"error: {reason}", file=sys.stderr)
+        raise SystemExit(1)
     return figures
 
 

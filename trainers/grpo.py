@@ -172,7 +172,9 @@ def _env_factory(cfg: Any) -> Any:
 
 
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path) -> dict[str, Any]:
-    from .evaluate import evaluate_endpoint, summarize, task_means, write_evaluation
+    from langgraph_evolver.errors import PolicyEndpointError
+
+    from .evaluate import evaluate_endpoint, summarize, task_means, too_many_failures, write_evaluation
 
     started = time.perf_counter()
     env_url = cfg.env_url
@@ -185,6 +187,8 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
                "wall_s": round(time.perf_counter() - started, 1),
                "task_avg": {tid: round(v, 4) for tid, v in task_means(trajectories).items()}}  # fmt: skip
     write_evaluation(out, trajectories, summary)
+    if (reason := too_many_failures(summary, cfg.max_failed_rollout_share, f"the evaluation of {model}")) is not None:
+        raise PolicyEndpointError(f"{reason} (trajectories in {out})")
     return summary
 
 

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
@@ -58,7 +58,7 @@ from langgraph_evolver.tracing import langsmith_enabled
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
-from .evaluate import well_formed_counts
+from .evaluate import failed_rollouts, failure_kind, well_formed_counts
 from .samples import (
     Sample,
     collate,
@@ -87,39 +87,12 @@ logger = logging.getLogger(__name__)
 
 
 def malformed_calls(trajectory: Trajectory) -> int:
-    """Turns whose output could not be executed as a tool call (parse errors, bad tools/arguments)."""
-    return sum(1 for s in trajectory.steps if s.error)
+    """The policy's turns whose output could not be executed as a tool call (parse errors, bad tools/arguments).
 
-
-# Errors the policy caused (lower-case substrings of a trajectory's error lines). Context length:
-# vLLM, SGLang, OpenAI and our server all say "maximum context length" (OpenAI's code is
-# "context_length_exceeded"); a runaway episode: LangGraph's recursion limit or our turn limit
-# raised where the rollout could not turn it into ``max_turns`` (inside a subgraph or a tool).
-POLICY_FAILURE_MARKERS = (
-    "maximum context length",
-    "context_length_exceeded",
-    "context length exceeded",
-    "prompt is too long",
-    "graphrecursionerror",
-    "recursion limit",
-    "turnlimitreached",
-)
-
-
-def failure_kind(trajectory: Trajectory) -> Literal["policy", "infrastructure"] | None:
-    """Why a rollout ended in an error: ``"policy"`` (its own outputs caused it: score it),
-    ``"infrastructure"`` (endpoint, environment, evaluation, capture: leave it out), or ``None``.
-
-    A rollout counts as a policy failure only when every error line is one of
-    ``POLICY_FAILURE_MARKERS``; any other error (or an unknown one) is infrastructure, so an
-    outage is never scored as the policy's fault.
+    Only the policy's own calls count: another model of the graph that failed (a router's 429) is
+    not the policy's doing, and its error is no reason to lower the policy's reward.
     """
-    if trajectory.finish_reason != "error":
-        return None
-    lines = [e.lower() for e in trajectory.errors]
-    if lines and all(any(m in line for m in POLICY_FAILURE_MARKERS) for line in lines):
-        return "policy"
-    return "infrastructure"
+    return sum(1 for s in trajectory.steps if s.error and s.policy)
 
 
 def shaped_reward(trajectory: Trajectory, malformed_call_penalty: float, *,
@@ -370,6 +343,31 @@ class EvolverGRPOTrainer(GRPOTrainer):
 
         return self._loop.run_until_complete(run())
 
+    def _stop_if_rollouts_failed(self, trajectories: list[Trajectory], step: int) -> None:
+        """Raise on every rank when more than ``max_failed_rollout_share`` of the step's rollouts failed outside
+        the policy: the endpoint errors (a broken adapter, a dead server) or the environment is down. Nothing of
+        this step is trained; the checkpoints already saved stay, and the message says how to resume."""
+        failed = failed_rollouts(trajectories)
+        first = next((e for t in failed for e in t.errors), None)
+        counts = gather_object([(len(failed), len(trajectories), first)])
+        n_failed, n_all = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        if not n_all or n_failed / n_all <= self.args.max_failed_rollout_share:
+            return
+        from langgraph_evolver.errors import PolicyEndpointError
+
+        first_error = next((c[2] for c in counts if c[2]), "none recorded")
+        checkpoints = sorted(Path(self.args.output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+        kept = "No checkpoint was saved before this step."
+        if checkpoints:
+            kept = (f"The last checkpoint is {checkpoints[-1]}: resume from it with --resume_from_checkpoint true "
+                    "once the endpoint serves again.")  # fmt: skip
+        served = self.policy.current if self.policy is not None else "the served model"
+        raise PolicyEndpointError(f"{n_failed} of {n_all} rollouts for training step {step + 1} failed outside the "
+                                  f"policy (model "
+                                  f"{served}; more than max_failed_rollout_share={self.args.max_failed_rollout_share})"
+                                  f", so the run stops instead of training on them. {kept} First error: "
+                                  f"{first_error}")  # fmt: skip
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # type: ignore[override]
         args, acc = self.args, self.accelerator
         metrics = self._metrics["train"]
@@ -382,6 +380,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         started = time.perf_counter()
         trajectories = self._run_rollouts(items)
         rollout_s = time.perf_counter() - started
+        self._stop_if_rollouts_failed(trajectories, step)
         untrainable = [t for t in trajectories if (t.metadata.get("capture") or {}).get("policy_calls") == 0]
         if trajectories and len(untrainable) == len(trajectories) and any(t.steps for t in untrainable):
             from langgraph_evolver.errors import ConfigError

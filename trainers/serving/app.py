@@ -189,6 +189,12 @@ def create_app(
     async def health() -> Response:
         if not scheduler.alive:
             return error_response(503, "The generation worker is not running.")
+        if (error := scheduler.failing) is not None:
+            return error_response(
+                503,
+                f"Generation failed {scheduler.stats.failures_in_a_row} times in a row with no request served since; "
+                f"last error: {error}",
+            )
         return Response(status_code=200)
 
     @app.get("/metrics")

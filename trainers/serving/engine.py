@@ -23,7 +23,7 @@ from .errors import GenerationError, UnknownModelError
 from .forward import LeanDecoder
 from .kv import GrowableLayer, new_batch_cache, row_kv, stack_prefixes
 from .sampling import Completion, SamplingParams, sample
-from .weights import delete_adapter, directory_stamp, load_adapter, load_base_weights
+from .weights import activate_adapter, delete_adapter, directory_stamp, load_adapter, load_base_weights
 
 __all__ = ["PolicyEngine"]
 
@@ -202,13 +202,11 @@ class PolicyEngine:
         if name == self._active:
             return
         if name == self.served_model_name:
-            if self.adapters:
-                self.model.disable_adapters()
+            activate_adapter(self.model, None)
         else:
             if name not in self.adapters:
                 raise UnknownModelError(f"The model `{name}` does not exist (was its adapter unloaded?).")
-            self.model.enable_adapters()
-            self.model.set_adapter(name)
+            activate_adapter(self.model, name)
         self._active = name
 
     # -- one batch ---------------------------------------------------------------------------

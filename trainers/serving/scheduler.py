@@ -29,6 +29,10 @@ __all__ = ["BatchScheduler", "SchedulerStats", "prometheus_metrics"]
 logger = logging.getLogger("trainers.policy_server")
 
 
+UNHEALTHY_AFTER = 3
+"""Unexpected generation failures in a row (no request finished between them) after which ``/health`` says 503."""
+
+
 @dataclass(slots=True, kw_only=True)
 class SchedulerStats:
     """Counters of the worker (read them for tests and benchmarks)."""
@@ -47,6 +51,12 @@ class SchedulerStats:
     """Seconds the worker spent in prefills (admissions and joins)."""
     decode_s: float = 0.0
     """Seconds the worker spent in decode steps."""
+    failed_batches: int = 0
+    """Prefills or batches that raised an unexpected error (their requests got HTTP 500)."""
+    failures_in_a_row: int = 0
+    """Unexpected failures since the last request that finished; ``/health`` reports 503 at ``UNHEALTHY_AFTER``."""
+    last_error: str = ""
+    """The last unexpected failure, as ``Type: message``."""
 
 
 @dataclass(slots=True, eq=False)
@@ -223,12 +233,21 @@ class BatchScheduler:
                 self._closed = True
                 self._fail_all(batch, e, admitted)
 
-    @staticmethod
-    def _log_failure(e: Exception) -> None:
+    def _log_failure(self, e: Exception) -> None:
         if isinstance(e, GenerationError):
             logger.warning("generation failed: %s", e)
         else:
             logger.exception("generation failed; failing the requests of this batch")
+            self.stats.failed_batches += 1
+            self.stats.failures_in_a_row += 1
+            self.stats.last_error = f"{type(e).__name__}: {e}"
+
+    @property
+    def failing(self) -> str | None:
+        """The last error when generation failed ``UNHEALTHY_AFTER`` times in a row with no success since, else None."""
+        if self.stats.failures_in_a_row >= UNHEALTHY_AFTER:
+            return self.stats.last_error
+        return None
 
     def _admissible(self, batch: _Batch | None) -> list[_Request]:
         """Pop the queued requests that join ``batch`` now (FIFO; stops at another model's request)."""
@@ -281,6 +300,8 @@ class BatchScheduler:
             request.remaining -= 1
             if request.remaining == 0 and request.future.set_running_or_notify_cancel():
                 request.future.set_result([r.completion() for r in request.rows])
+        if finished:
+            self.stats.failures_in_a_row = 0
         self.stats.completion_tokens += tokens
         return tokens
 

@@ -1,6 +1,7 @@
 """Changing the served weights at runtime: LoRA adapters (vLLM's API) and new base weights.
 
-``load_adapter`` / ``delete_adapter`` wrap transformers' PEFT integration. ``load_base_weights``
+``load_adapter`` / ``activate_adapter`` / ``delete_adapter`` hold LoRA adapters through peft
+itself (not transformers' PEFT wrapper, whose version pairing broke once). ``load_base_weights``
 copies the parameters of another ``save_pretrained`` directory (a full-weight training step)
 into the live model in place, the way SGLang's ``/update_weights_from_disk`` does: everything is
 read and checked before the first parameter is written, so a bad directory leaves the old
@@ -19,7 +20,7 @@ import torch
 
 from .errors import GenerationError, UnknownModelError
 
-__all__ = ["delete_adapter", "directory_stamp", "load_adapter", "load_base_weights"]
+__all__ = ["activate_adapter", "delete_adapter", "directory_stamp", "load_adapter", "load_base_weights"]
 
 logger = logging.getLogger("trainers.policy_server")
 
@@ -31,36 +32,103 @@ def directory_stamp(directory: Path) -> tuple[str, tuple[tuple[str, int, int], .
 
 
 def load_adapter(model: Any, name: str, path: str) -> Path:
-    """Load the PEFT LoRA adapter saved at ``path`` into ``model`` as ``name``; returns its directory."""
+    """Load the PEFT LoRA adapter saved at ``path`` into ``model`` as ``name``; returns its directory.
+
+    This talks to peft directly (``inject_adapter_in_model``, then the saved tensors copied into
+    the new LoRA parameters), not through transformers' PEFT integration: that wrapper checks its
+    own minimum peft version on every call (transformers 5.24 wants peft >= 0.22, which the index
+    may not have), and a server that loads adapters must not depend on that pairing. Every saved
+    tensor must find its parameter and every new parameter must get a tensor, else nothing of the
+    adapter is left behind and the error says which keys disagree.
+    """
     adapter_dir = Path(path)
     if not (adapter_dir / "adapter_config.json").is_file():
         raise UnknownModelError(f"No adapter found for {path!r}: expected a directory with adapter_config.json.")
-    from transformers.utils import logging as hf_logging
+    from peft import PeftConfig, inject_adapter_in_model
+    from peft.utils import load_peft_weights
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the load report lists other adapters' keys as "missing"
+    try:
+        config = PeftConfig.from_pretrained(str(adapter_dir))
+        config.inference_mode = True
+        saved = load_peft_weights(str(adapter_dir), device="cpu")
+    except Exception as e:
+        raise GenerationError(f"Could not read the LoRA adapter {name!r} at {path!r}: {type(e).__name__}: {e}") from e
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*multiple adapters.*")
-            model.load_adapter(str(adapter_dir), adapter_name=name)
+            warnings.filterwarnings("ignore", message=".*already.*adapter.*")
+            inject_adapter_in_model(config, model, adapter_name=name)
+        _copy_adapter_tensors(model, name, saved, path)
     except Exception as e:
         _drop_partial_adapter(model, name)
-        raise GenerationError(f"Could not load the LoRA adapter {name!r} from {path!r}: {e}") from e
-    finally:
-        hf_logging.set_verbosity(verbosity)
+        if isinstance(e, GenerationError):
+            raise
+        raise GenerationError(f"Could not load the LoRA adapter {name!r} from {path!r}: {type(e).__name__}: {e}") from e
     return adapter_dir
+
+
+def _adapter_key(saved_key: str, name: str) -> str:
+    """``base_model.model.<module>.lora_A.weight`` (as PEFT saves it) -> ``<module>.lora_A.<name>.weight``."""
+    key = saved_key.removeprefix("base_model.model.")
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("lora_"):
+            return ".".join([*parts[: i + 1], name, *parts[i + 1 :]])
+    return key
+
+
+def _copy_adapter_tensors(model: Any, name: str, saved: dict[str, torch.Tensor], path: str) -> None:
+    params = dict(model.named_parameters())
+    targets = {n: p for n, p in params.items() if f".{name}." in f".{n}." and ".lora_" in n}
+    wanted = {_adapter_key(k, name): k for k in saved}
+    unmatched = sorted(wanted[k] for k in wanted if k not in params)
+    missing = sorted(set(targets) - set(wanted))
+    if unmatched or missing:
+        raise GenerationError(
+            f"The LoRA adapter at {path!r} does not fit the served model (saved tensors with no parameter: "
+            f"{unmatched[:3]}; new parameters with no saved tensor: {missing[:3]}): was it trained on another base?"
+        )
+    with torch.no_grad():
+        for key, saved_key in wanted.items():
+            param, tensor = params[key], saved[saved_key]
+            if param.shape != tensor.shape:
+                raise GenerationError(
+                    f"The LoRA adapter at {path!r} does not fit the served model: {saved_key} has shape "
+                    f"{tuple(tensor.shape)}, the model's {key} {tuple(param.shape)} (another rank or base?)."
+                )
+            param.copy_(tensor.to(param.dtype))
+
+
+def _tuner_layers(model: Any) -> list[Any]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+
+
+def activate_adapter(model: Any, name: str | None) -> None:
+    """Serve adapter ``name`` on every LoRA layer of ``model``, or the base weights alone when None."""
+    for layer in _tuner_layers(model):
+        if name is None:
+            layer.enable_adapters(False)
+        else:
+            layer.enable_adapters(True)
+            layer.set_adapter(name, inference_mode=True)
 
 
 def delete_adapter(model: Any, name: str) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*was active which is now deleted.*")
-        model.delete_adapter(name)
+        for layer in _tuner_layers(model):
+            if name in layer._get_available_adapters():
+                layer.delete_adapter(name)
+    config = getattr(model, "peft_config", None)
+    if isinstance(config, dict):
+        config.pop(name, None)
 
 
 def _drop_partial_adapter(model: Any, name: str) -> None:
     try:
-        if name in getattr(model, "peft_config", {}):
-            model.delete_adapter(name)
+        delete_adapter(model, name)
     except Exception:  # best-effort cleanup after a failed load
         logger.exception("cleanup of the failed adapter %s failed", name)
 
