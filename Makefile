@@ -4,7 +4,10 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The exact versions `make demo` / `make test` install (Linux, Python 3.11), tested together: a release of
+# any dependency cannot change a fresh install. `make lock` refreshes it (docs/install.md).
+LOCK := requirements.lock
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 # BFCL's multi-turn data, backends and checker (env_tools/bfcl). Its own dependency list pins numpy
 # and pulls CUDA torch, so it is installed without it: the executor and checker need only these.
 BFCL_PACKAGES := bfcl-eval==2026.3.23 mpmath==1.3.0 filelock
@@ -16,21 +19,21 @@ export TOKENIZERS_PARALLELISM := false
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-bfcl demo test lint bench bench-quick tiny-policy clean
+.PHONY: install install-bfcl demo test lint lock bench bench-quick tiny-policy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[train,serve,dev,navigate]"
+$(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install -q -c $(LOCK) torch==2.13.0
+	$(BIN)/pip install -q -c $(LOCK) -e ".[train,serve,dev,navigate]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
 
 $(BFCL_STAMP): $(STAMP)
-	$(BIN)/pip install -q --no-deps $(BFCL_PACKAGES)
+	$(BIN)/pip install -q --no-deps -c $(LOCK) $(BFCL_PACKAGES)
 	rm -f $(VENV)/.bfcl-*
 	touch $(BFCL_STAMP)
 
@@ -46,6 +49,19 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Resolve the newest versions pyproject.toml allows in a scratch venv and write them to $(LOCK); then run
+# `make test` (the stamp changes, so .venv is brought to the new versions) before committing the lock.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q torch==2.13.0
+	.venv-lock/bin/pip install -q -e ".[train,serve,dev,navigate]"
+	.venv-lock/bin/pip install -q --no-deps $(BFCL_PACKAGES)
+	{ echo "# Exact versions for make install / make test (Linux x86_64, Python 3.11), used as pip constraints."; \
+	  echo "# Written by 'make lock' on $$(date -u +%F); docs/install.md says how to refresh it."; \
+	  .venv-lock/bin/pip freeze --exclude-editable | sed -E 's/\+cpu$$//'; } > $(LOCK)
+	rm -rf .venv-lock
 
 bench: install
 	$(BIN)/python benchmarks/rollouts.py
@@ -63,4 +79,4 @@ tiny-policy: install
 		--lr 1e-3 --examples 24000 --eval-tasks 60 --eval-every 4
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-lock runs .pytest_cache .ruff_cache *.egg-info

@@ -384,7 +384,11 @@ class TrajectoryRecorder(BaseCallbackHandler):
         errors = list(errors)
         summary = self.summary()
         if summary["incomplete"]:
-            errors.append(f"capture incomplete, not trained on: {summary['incomplete']}")
+            ended = f" (the run ended by {finish_reason})" if finish_reason not in (None, "error") else ""
+            errors.append(f"capture incomplete, not trained on: {summary['incomplete']}{ended}")
+            # whatever ended the run (its turn limit included), a policy call is missing: the rollout cannot be
+            # scored as the policy's doing, so it is an error (``failure_kind``: infrastructure, left out)
+            finish_reason = "error"
         if finish_reason is None:
             if self.turn_limit_hit:
                 finish_reason = "max_turns"

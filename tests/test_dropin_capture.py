@@ -262,7 +262,9 @@ def test_turn_limit_stops_any_graph():
     hosted = ChatOpenAI(model="gpt-4.1-mini", api_key="sk-unused", base_url="http://127.0.0.1:9/v1")  # never called
     agent = create_agent(hosted, [get_balance], middleware=[EvolverMiddleware()])
     (traj,) = run_rollouts(agent, seed_tasks("train")[1:2], policy=loop, max_turns=3)
-    assert traj.finish_reason == "max_turns" and len(traj.steps) == 3
+    assert len(traj.steps) == 3 and "the run ended by max_turns" in traj.errors[-1]
+    # a scripted "policy" returns no token ids: the capture is incomplete, so the run is an error, not trained
+    assert traj.finish_reason == "error" and "without token ids" in traj.errors[-1]
     # the middleware sent the tool calls to the rollout's sandbox, not to the agent's own tool
     assert all('"balance"' in s.observations[0].content for s in traj.steps)
 
@@ -286,3 +288,46 @@ def test_the_middleware_leaves_a_production_agent_alone(mode):
         out = [c for c in agent.stream(inputs, stream_mode="values")][-1]
     assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "ai"]
     assert out["messages"][2].content == "{'balance': 230}" and out["messages"][-1].content == "230"
+
+
+def test_an_endpoint_outage_inside_a_run_that_hits_the_turn_limit_is_never_trained(tiny_policy_url):
+    """Calls OK -> the endpoint answers 503 (the graph retries) -> OK, until max_turns ends the run: the failed
+    policy call makes the capture incomplete, so the rollout is an infrastructure failure, left out of its group
+    (it was scored as the policy's max_turns episode and trained with a negative advantage)."""
+    import httpx
+    import openai
+    from langgraph.graph import MessagesState
+
+    from langgraph_evolver.capture import TurnLimitReached
+    from trainers.grpo_trainer import failure_kind, shaped_reward
+
+    fail_on = {2}
+    seen = []
+
+    class Flaky(PolicyChatModel):
+        async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):
+            seen.append(1)
+            if len(seen) in fail_on:
+                request = httpx.Request("POST", "http://policy/v1/chat/completions")
+                raise openai.InternalServerError("Service Unavailable", response=httpx.Response(503, request=request),
+                                                 body=None)  # fmt: skip
+            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    model = Flaky(base_url=tiny_policy_url, model="tiny-policy", max_tokens=8, seed=0, max_retries=0)
+    retrying = model.with_retry(retry_if_exception_type=(openai.InternalServerError,), stop_after_attempt=2)
+
+    async def act(state: MessagesState) -> dict:
+        return {"messages": [await retrying.ainvoke(state["messages"]), HumanMessage("go on")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("act", act)
+    graph.add_edge(START, "act")
+    graph.add_edge("act", "act")
+    recorder = TrajectoryRecorder(max_turns=3)
+    with pytest.raises(TurnLimitReached):
+        asyncio.run(graph.compile().ainvoke({"messages": [("user", TASK.query)]}, {"callbacks": [recorder]}))
+    traj = recorder.trajectory(TASK, reward=0.0, finish_reason="max_turns")
+    assert len(seen) == 3 and len(traj.transitions) == 2  # two calls served, one 503 between them (a turn too)
+    assert traj.finish_reason == "error" and failure_kind(traj) == "infrastructure", traj.errors
+    assert "failed" in traj.errors[-1] and "the run ended by max_turns" in traj.errors[-1]
+    assert shaped_reward(traj, 0.1) is None  # no advantage: left out of its group

@@ -89,6 +89,7 @@ def test_full_sync_config_needs_vllm_only_for_nccl(tmp_path):
         ({"loss_type": "grpo", "beta": 0.001}, "loss_type=grpo normalizes per sequence"),
         ({"loss_type": "vespo", "beta": 0.0}, "loss_type=vespo weighs each row"),
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level=sequence (GSPO)"),
+        ({"off_policy_mask_threshold": 0.5}, "off_policy_mask_threshold drops whole rows"),
     ],
 )
 def test_loss_types_that_cannot_be_exact_are_refused(tmp_path, overrides, message):
@@ -99,7 +100,7 @@ def test_loss_types_that_cannot_be_exact_are_refused(tmp_path, overrides, messag
               "num_generations": 2}  # fmt: skip
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         EvolverGRPOConfig(**common, **overrides)
-    if "importance_sampling_level" in overrides:  # one row per call: the sequence ratio is the call's
+    if "importance_sampling_level" in overrides or "off_policy_mask_threshold" in overrides:  # one row per call
         EvolverGRPOConfig(**common, **overrides, merge_prefix_transitions=False)
     EvolverGRPOConfig(**common, loss_type="grpo", beta=0.0)  # exact through per-call weights
 
@@ -130,3 +131,20 @@ def test_gain_table_names_the_split_it_evaluated():
     assert held_out.splitlines()[0] == "held-out (75 tasks x 4): avg@4 0.500 -> 0.600 (+0.100 ± 0.020)"
     assert "  level3: avg@4 0.250 -> 0.500 (+0.250)" in held_out and "  success: 0.400 -> 0.450 (+0.050)" in held_out
     assert _gain_table(figures, 75, 4, split="validation").startswith("validation split (75 tasks x 4)")
+
+
+def test_a_loss_type_with_no_exactness_test_is_refused(tmp_path, monkeypatch):
+    """A loss type TRL adds later is refused until the trainer keeps it exact (and a test shows it)."""
+    import trl
+
+    from langgraph_evolver.errors import ConfigError
+    from trainers.config import EvolverGRPOConfig
+    from trainers.samples import SEQUENCE_NORMALIZED_LOSSES, TOKEN_SUMMED_LOSSES
+
+    common = {"output_dir": str(tmp_path), "report_to": "none", "per_device_train_batch_size": 2,
+              "num_generations": 2, "beta": 0.0}  # fmt: skip
+    for loss_type in (*TOKEN_SUMMED_LOSSES, *SEQUENCE_NORMALIZED_LOSSES):
+        EvolverGRPOConfig(**common, loss_type=loss_type, merge_prefix_transitions=loss_type != "vespo")
+    monkeypatch.setattr(trl.GRPOConfig, "__post_init__", lambda self: None)  # as if TRL accepted a new name
+    with pytest.raises(ConfigError, match="loss_type='gpg' is not one the trainer keeps exact"):
+        EvolverGRPOConfig(**common, loss_type="gpg")

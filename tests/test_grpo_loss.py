@@ -136,7 +136,7 @@ def _grads(trainer, samples, num_items: float) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "sapo", "luspo"])
 def test_sequence_normalized_losses_are_exact_on_a_merged_row_with_padding(trainer, loss_type):
     """TRL's grpo / dr_grpo on one row per call without padding is the objective; our merged row (+ padding
     rows, as rank equalization adds) must give the same gradient."""
@@ -224,3 +224,139 @@ def test_tis_leaves_stripped_transitions_on_behaviour_as_old(trainer):
         assert batch["importance_sampling_ratio"][0].tolist() == [1.0] * 4
     finally:
         trainer.args.importance_correction = saved
+
+
+def _two_call_rollout():
+    from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
+
+    first = Transition(prompt_ids=(5, 6, 7, 8, 9, 10), completion_ids=(11, 12, 13), logprobs=(-0.5,) * 3)
+    second = Transition(prompt_ids=(5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 21), completion_ids=(14, 15, 16, 17, 18),
+                        logprobs=(-0.7,) * 5)  # fmt: skip
+    steps = tuple(Step(index=i, action=Action(content="x"), transition=t) for i, t in enumerate((first, second)))
+    return Trajectory(id="g/0/x", task=Task(id="t", env="sandbox", query="q"), steps=steps, reward=1.0)
+
+
+def _trl_grads(trainer, samples, num_items: float) -> torch.Tensor:
+    """TRL's own GRPOTrainer._compute_loss on these rows (none of our overrides)."""
+    from trl import GRPOTrainer
+
+    from trainers.samples import collate
+
+    batch = collate(samples, trainer._tokenizer.pad_token_id)
+    batch["num_items_in_batch"] = torch.tensor(num_items)
+    trainer.model.zero_grad()
+    GRPOTrainer._compute_loss(trainer, trainer.model, batch).backward()
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "cispo", "vespo"])
+def test_token_summed_losses_are_trls_own_on_merged_rows_with_padding(trainer, loss_type):
+    """Every other loss type the config accepts: ours on a merged row + padding rows = TRL's on one row per call
+    (vespo takes a sequence-level weight, so merging is refused for it and it is compared unmerged)."""
+    from trainers.samples import padding_sample, sequence_weight, trajectory_samples
+
+    rollout = _two_call_rollout()
+    saved = trainer.loss_type, trainer._sequence_weight
+    try:
+        trainer.loss_type = loss_type
+        trainer._sequence_weight = sequence_weight(loss_type, trainer.max_completion_length)
+        assert trainer._sequence_weight is None  # token-summed: no reweighting
+        truth = _trl_grads(trainer, trajectory_samples(rollout, 1.0, merge=False), 8.0)
+        rows = trajectory_samples(rollout, 1.0, merge=loss_type != "vespo")
+        assert len(rows) == (2 if loss_type == "vespo" else 1)
+        padding = [padding_sample(trainer._tokenizer.pad_token_id)] * 2
+        ours = _grads(trainer, [*rows, *padding], 8.0)
+        assert truth.norm() > 0 and ((ours - truth).norm() / truth.norm()).item() < 1e-4
+    finally:
+        trainer.loss_type, trainer._sequence_weight = saved
+        trainer.model.zero_grad()
+
+
+def test_vespo_with_tis_applies_the_weight_once(trainer):
+    """TRL's vespo folds inputs["importance_sampling_ratio"] into its sequence weight itself; the trainer must not
+    scale the advantages by it as well (that gave w^2)."""
+    saved = trainer.loss_type, trainer._sequence_weight, trainer.args.importance_correction
+    try:
+        trainer.loss_type, trainer._sequence_weight, trainer.args.importance_correction = "vespo", None, "tis"
+        batch, _ = _plain_batch(trainer)
+        trainer._behaviour_correction(batch)
+        assert batch["importance_sampling_ratio"][0, 0] == pytest.approx(math.exp(0.5), rel=1e-5)
+        from trl import GRPOTrainer
+
+        trainer.model.zero_grad()
+        GRPOTrainer._compute_loss(trainer, trainer.model, dict(batch)).backward()
+        truth = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
+        trainer.model.zero_grad()
+        trainer._compute_loss(trainer.model, dict(batch)).backward()
+        ours = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
+        assert ((ours - truth).norm() / truth.norm()).item() < 1e-4, (ours.norm() / truth.norm()).item()
+    finally:
+        trainer.loss_type, trainer._sequence_weight, trainer.args.importance_correction = saved
+        trainer.model.zero_grad()
+
+
+def test_logp_gap_leaves_out_tokens_sampled_under_a_stripped_prompt(trainer):
+    """Self-navigating trains guided calls on the stripped prompt; their behaviour logprobs were sampled under the
+    guided one, so comparing them would inflate the gap (and its 'endpoint serves other weights' warning)."""
+    batch, _ = _plain_batch(trainer, keep_behaviour=True)
+    trainer._step = 0
+    _, metrics = _grad_norm(trainer, batch)
+    assert "policy/logp_gap_mean" not in metrics
+    batch, _ = _plain_batch(trainer)  # the same row unguided: measured
+    _, metrics = _grad_norm(trainer, batch)
+    assert metrics["policy/logp_gap_mean"][-1] == pytest.approx(0.5, rel=1e-4)
+
+
+def test_off_policy_mask_reads_the_endpoints_logprobs_under_tis(trainer):
+    """TRL's off-policy sequence mask reads ``sampling_per_token_logps`` (else old_per_token_logps, which TIS sets
+    to the trainer's own): a negative-advantage row sampled far from the trainer's policy must be dropped."""
+    saved = trainer.args.importance_correction, trainer.off_policy_mask_threshold
+    try:
+        trainer.args.importance_correction, trainer.off_policy_mask_threshold = "tis", 0.5
+        batch, current = _plain_batch(trainer)
+        batch["old_per_token_logps"] = current + 2.0  # the endpoint gave these tokens far more mass
+        batch["advantages"] = -batch["advantages"]
+        batch = trainer._finish_batch(batch, torch.tensor(4.0))
+        assert torch.allclose(batch["sampling_per_token_logps"], current + 2.0)
+        norm, _ = _grad_norm(trainer, batch)
+        assert norm == 0.0  # mean KL 2.0 > 0.5 with A < 0: masked
+        trainer.off_policy_mask_threshold = 5.0
+        norm, _ = _grad_norm(trainer, trainer._finish_batch(batch, torch.tensor(4.0)))
+        assert norm > 0.0
+    finally:
+        trainer.args.importance_correction, trainer.off_policy_mask_threshold = saved
+
+
+def test_bnpo_a_micro_batch_of_padding_only_does_not_shrink_the_step(trainer):
+    """9 real rows over 4 micro-batches left one all-padding micro-batch, which still counted in bnpo's divisor
+    (x3/4). Scaled by ``live_window_scales`` the gradient is the one of the live micro-batches alone."""
+    from trainers.samples import collate, live_window_scales, padding_sample, trajectory_samples
+
+    assert live_window_scales([True, True, True, False], 4) == [4 / 3, 4 / 3, 4 / 3, 1.0]
+    assert live_window_scales([True, False, True, True], 2) == [2.0, 1.0, 1.0, 1.0]
+    assert live_window_scales([False, False], 2) == [1.0, 1.0]
+    rows = trajectory_samples(_two_call_rollout(), 1.0, merge=False)
+    pad = padding_sample(trainer._tokenizer.pad_token_id)
+
+    def accumulated(micro: list, accumulation: int, scales: list[float] | None) -> torch.Tensor:
+        trainer.model.zero_grad()
+        trainer.current_gradient_accumulation_steps = accumulation
+        for i, rows_ in enumerate(micro):
+            batch = collate(rows_, trainer._tokenizer.pad_token_id)
+            batch["num_items_in_batch"] = torch.tensor(8.0)
+            if scales is not None:
+                batch["loss_scale"] = torch.tensor(scales[i])
+            trainer._compute_loss(trainer.model, batch).backward()
+        return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
+
+    saved = trainer.loss_type
+    try:
+        trainer.loss_type = "bnpo"
+        truth = accumulated([[rows[0]], [rows[1]]], 2, None)
+        unscaled = accumulated([[rows[0]], [rows[1]], [pad]], 3, None)
+        assert ((unscaled - truth * 2 / 3).norm() / truth.norm()).item() < 1e-4  # the defect: x2/3
+        ours = accumulated([[rows[0]], [rows[1]], [pad]], 3, live_window_scales([True, True, False], 3))
+        assert ((ours - truth).norm() / truth.norm()).item() < 1e-4
+    finally:
+        trainer.loss_type, trainer.current_gradient_accumulation_steps = saved, 1
+        trainer.model.zero_grad()

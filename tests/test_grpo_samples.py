@@ -250,3 +250,17 @@ def test_token_budget_packs_under_the_budget_and_mixes_lengths_across_micro_batc
     assert len(alone) == 1  # a row longer than the budget runs alone
     with pytest.raises(ValueError):
         token_budget_slots(rows, 0, 100)
+
+
+def test_another_models_error_is_not_the_policys_malformed_call():
+    """A helper model's 429 followed by a clean policy answer: no malformed-call penalty on the policy."""
+    from dataclasses import replace
+
+    from trainers.grpo_trainer import malformed_calls
+
+    t = _traj([_tr([1, 2], [3])], reward=1.0)
+    helper = Step(index=0, action=Action(), error="RateLimitError: Error code: 429", policy=False, model="router")
+    t = replace(t, steps=(helper, *(replace(s, index=1) for s in t.steps)))
+    assert malformed_calls(t) == 0 and shaped_reward(t, 0.1) == pytest.approx(1.0)
+    bad = Step(index=2, action=Action(content="<tool_call>{"), error="unparseable tool call")
+    assert malformed_calls(replace(t, steps=(*t.steps, bad))) == 1

@@ -391,9 +391,13 @@ class EvolverGRPOConfig(GRPOConfig):
 
     def _loss_problems(self) -> list[str]:
         """Loss types whose aggregation the trainer cannot keep exact with merged and padding rows."""
-        from .samples import SEQUENCE_NORMALIZED_LOSSES
+        from .samples import SEQUENCE_NORMALIZED_LOSSES, TOKEN_SUMMED_LOSSES
 
         problems = []
+        known = (*TOKEN_SUMMED_LOSSES, *SEQUENCE_NORMALIZED_LOSSES)
+        if self.loss_type not in known:
+            problems.append(f"loss_type={self.loss_type!r} is not one the trainer keeps exact with multi-turn rows; "
+                            f"use one of {', '.join(known)}.")  # fmt: skip
         if self.loss_type in SEQUENCE_NORMALIZED_LOSSES and self.beta != 0.0:
             problems.append(
                 f"loss_type={self.loss_type} normalizes per sequence; the trainer keeps that exact with merged and "
@@ -405,6 +409,9 @@ class EvolverGRPOConfig(GRPOConfig):
             problems.append("loss_type=vespo weighs each row by a sequence-level ratio, which a merged row "
                             "(several LLM calls) would share: set merge_prefix_transitions: false, or loss_type: "
                             "dapo.")  # fmt: skip
+        if self.off_policy_mask_threshold is not None and merged:
+            problems.append("off_policy_mask_threshold drops whole rows on a per-row statistic, which a merged row "
+                            "(several LLM calls) would share: set merge_prefix_transitions: false.")  # fmt: skip
         if self.importance_sampling_level == "sequence" and merged:
             problems.append("importance_sampling_level=sequence (GSPO) takes one ratio per row, which a merged row "
                             "(several LLM calls) would share: set merge_prefix_transitions: false.")  # fmt: skip

@@ -63,6 +63,7 @@ from .samples import (
     Sample,
     collate,
     length_grouped_chunks,
+    live_window_scales,
     padded_tokens,
     padding_sample,
     probe_sample,
@@ -434,13 +435,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         def build(chunk: list[Sample]) -> dict[str, Any]:
             nonlocal computed
             computed += padded_tokens(chunk)
-            batch = {k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}
-            batch["num_items_in_batch"] = num_items
-            if args.importance_correction == "tis":
-                self._behaviour_correction(batch)
-            if self.beta != 0.0:
-                batch["ref_per_token_logps"] = self._reference_logps(batch)
-            return batch
+            return self._finish_batch({k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}, num_items)
 
         seed = args.seed * 1_000_003 + step
         if args.max_tokens_per_microbatch:
@@ -464,12 +459,29 @@ class EvolverGRPOTrainer(GRPOTrainer):
                 # several optimizer steps per generation: which length bucket each one sees is random, not sorted
                 random.Random(seed).shuffle(chunks)
             batches = [build(chunk) for chunk in chunks]
+            if self.loss_type == "bnpo":  # a micro-batch of padding rows only must not count in bnpo's divisor
+                live = [bool(b["tool_mask"].any()) for b in batches]
+                for b, scale in zip(batches, live_window_scales(live, args.gradient_accumulation_steps), strict=True):
+                    b["loss_scale"] = torch.tensor(scale, device=acc.device)
 
         self._log_generation(everything, adv, trajectories, samples, rollout_s, step)
         self._metrics["train"]["samples/padded_tokens"].append(computed)
         self._save_trajectories(trajectories, step)
         metrics["rollout/time_s"].append(rollout_s)
         return batches
+
+    def _finish_batch(self, batch: dict[str, Any], num_items: torch.Tensor) -> dict[str, Any]:
+        """What a collated micro-batch needs besides its rows: the loss normalizer, the endpoint's logprobs under
+        the key TRL's off-policy mask reads, the TIS correction and the reference logprobs."""
+        batch["num_items_in_batch"] = num_items
+        # what the endpoint sampled with: TRL's off-policy mask reads it under this key and otherwise falls back to
+        # old_per_token_logps, which TIS replaces with the trainer's own (it would then never see the mismatch)
+        batch["sampling_per_token_logps"] = batch["old_per_token_logps"].clone()
+        if self.args.importance_correction == "tis":
+            self._behaviour_correction(batch)
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = self._reference_logps(batch)
+        return batch
 
     def _samples(self, trajectory: Trajectory, advantages: float | list[float]) -> list[Sample]:
         """The training rows of one rollout (merging, length limits and selective boosting from the config)."""
@@ -618,23 +630,53 @@ class EvolverGRPOTrainer(GRPOTrainer):
             self._last_logps = out[0].detach()
         return out
 
+    def _calls_normalization(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """Per-row factors that turn TRL's per-row normalization of a sequence-normalized loss into a token sum
+        over the number of LLM calls (``samples.SEQUENCE_NORMALIZED_LOSSES``).
+
+        TRL keeps its own per-token loss for ``loss_type`` (the clipped ratio, SAPO's soft gate, ...); only the
+        aggregation changes. Each per-token loss is positively homogeneous in the advantage, so scaling a row's
+        advantages by ``c`` scales its loss by ``c``. TRL aggregates train micro-batches as (B rows, G = the
+        accumulation steps, M_b = the row's trained tokens, L = max_completion_length):
+        grpo/sapo ``mean_b(sum_t / M_b) / G``, dr_grpo ``sum / (B L) / G``, luspo ``mean_b(sum_t) / G``; the
+        target is ``sum / (n G)`` with n = calls per micro-batch (``num_items_in_batch`` / (processes x
+        steps_per_generation)), which is TRL's own dapo normalizer. So c = M_b B / n, B L / n and B / n.
+        """
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        rows = mask.size(0)
+        calls = inputs["num_items_in_batch"].clamp(min=1.0) / (self.accelerator.num_processes
+                                                              * self.args.steps_per_generation)  # fmt: skip
+        if self.loss_type in ("grpo", "sapo"):
+            factor = mask.sum(-1).clamp(min=1.0) * rows / calls
+        elif self.loss_type == "dr_grpo":
+            factor = torch.full((rows,), rows * self.max_completion_length, device=mask.device) / calls
+        elif self.loss_type == "luspo":
+            factor = torch.full((rows,), float(rows), device=mask.device) / calls
+        else:
+            raise ValueError(f"loss_type={self.loss_type} has no per-call normalization (a bug: see sequence_weight).")
+        return factor.to(inputs["advantages"].dtype).unsqueeze(-1) if inputs["advantages"].dim() == 2 else factor
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's loss with a per-token upper clip bound and a behaviour-vs-trainer logprob check."""
         eps_high = inputs.get("epsilon_high")
-        saved = self.epsilon_low, self.epsilon_high, self.loss_type
+        saved = self.epsilon_low, self.epsilon_high
         if eps_high is not None:
             self.epsilon_low = torch.full_like(eps_high, float(saved[0]))
             self.epsilon_high = eps_high
         if self._sequence_weight is not None:  # per-call weights are in the advantages: sum tokens / calls
-            self.loss_type = "dapo"
-        if self.args.importance_correction == "tis" and "importance_sampling_ratio" in inputs:
+            inputs = {**inputs, "advantages": inputs["advantages"] * self._calls_normalization(inputs)}
+        if "loss_scale" in inputs:  # bnpo: see samples.live_window_scales
+            inputs = {**inputs, "advantages": inputs["advantages"] * inputs["loss_scale"]}
+        if (self.args.importance_correction == "tis" and "importance_sampling_ratio" in inputs
+                and self.loss_type != "vespo"):  # fmt: skip
             # TIS: the weight multiplies each token's policy term; it is > 0, so scaling the advantage by it is
-            # exactly that (min(r A w, clip(r) A w) = w min(r A, clip(r) A)), whatever the loss type
+            # exactly that (min(r A w, clip(r) A w) = w min(r A, clip(r) A); every other per-token loss is linear
+            # in A). vespo is left alone: TRL's vespo folds inputs["importance_sampling_ratio"] in itself.
             inputs = {**inputs, "advantages": inputs["advantages"] * inputs["importance_sampling_ratio"]}
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
-            self.epsilon_low, self.epsilon_high, self.loss_type = saved
+            self.epsilon_low, self.epsilon_high = saved
         # On the first pass over fresh rollouts (before any update in this window) the trainer's
         # logprobs must match the endpoint's; a gap means the endpoint serves other weights or samples
         # from a different distribution (top-k, another temperature, stale adapter).
@@ -644,6 +686,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
         behaviour = inputs.get("behaviour_per_token_logps", inputs.get("old_per_token_logps"))
         if fresh and self._last_logps is not None and behaviour is not None:
             mask = (inputs["completion_mask"] * inputs["sampled_mask"]).bool()
+            if "keep_behaviour_mask" in inputs:  # sampled under a guided prompt, trained on the stripped one
+                mask &= ~inputs["keep_behaviour_mask"].bool()
             gap = (self._last_logps - behaviour).abs()[mask]
             stats = torch.stack([gap.sum(), torch.tensor(float(gap.numel()), device=gap.device),
                                  gap.max() if gap.numel() else torch.tensor(0.0, device=gap.device)])  # fmt: skip

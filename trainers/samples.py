@@ -30,9 +30,11 @@ from langgraph_evolver.types import Trajectory, Transition
 
 __all__ = [
     "SEQUENCE_NORMALIZED_LOSSES",
+    "TOKEN_SUMMED_LOSSES",
     "Sample",
     "collate",
     "length_grouped_chunks",
+    "live_window_scales",
     "padded_tokens",
     "padding_sample",
     "probe_sample",
@@ -49,6 +51,25 @@ weight its own sequence would give them (``sequence_weight``, folded into the ad
 summed over tokens and divided by the number of calls of the whole batch (TRL's ``dapo`` path), which is
 TRL's objective with one row per call and no padding. Exact for the policy term; the KL term cannot be
 reweighted that way, so these loss types need ``beta: 0`` (checked in the config)."""
+
+
+TOKEN_SUMMED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
+"""TRL loss types that sum tokens (over the generation batch, or bnpo's micro-batch): merged rows are exact as
+they are (vespo excepted: its weight is per row, so it refuses merging). With the sequence-normalized ones these
+are every loss type the config accepts; each has an exactness test against TRL's own loss
+(``tests/test_grpo_loss.py``), so a loss type TRL adds later is refused until it has one."""
+
+
+def live_window_scales(live: Sequence[bool], window: int) -> list[float]:
+    """``loss_type: bnpo``: per micro-batch, ``window / live micro-batches of its accumulation window`` (1.0 for an
+    empty one). bnpo averages each micro-batch's tokens and divides by the accumulation steps, so a micro-batch
+    of padding rows only (fewer rows than micro-batches) would still count in that divisor and shrink the step."""
+    scales = []
+    for start in range(0, len(live), window):
+        part = live[start : start + window]
+        n = sum(part)
+        scales += [len(part) / n if n and alive else 1.0 for alive in part]
+    return scales
 
 
 def sequence_weight(loss_type: str, max_completion_length: int) -> Any:
