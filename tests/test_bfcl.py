@@ -297,7 +297,9 @@ def test_max_turns_counts_per_user_turn():
         ) + asyncio.run(arun_rollouts(reference_agent(max_turns=agent_limit), [task], n=1, policy=model,
                                       max_turns=need - 1))  # fmt: skip
         assert ok.reward == 1.0 and ok.finish_reason != "max_turns"
-        assert short.reward == 0.0 and short.finish_reason == "max_turns"
+        # the scripted policy returns no token ids, so the capture is incomplete and the run an error; what
+        # ended it is kept in its error line
+        assert short.reward == 0.0 and "the run ended by max_turns" in short.errors[-1], short.errors
 
 
 def test_sixty_four_concurrent_rollouts_are_isolated():
