@@ -20,9 +20,10 @@ The two callables that define an environment:
   sequence: many sequences solve a task. Results are clamped to [0, 1]; a non-number, NaN or an
   exception raises ``EnvironmentFailure`` (a broken checker is a bug, not a bad action).
   Without a checker, the final answer must contain ``task.metadata[answer_key]``. Synthesized
-  tasks (``source="synthetic"``, self-questioning) are scored by state equality with their
-  reference solution replayed in a fresh instance (times the share of its tools the agent called),
-  whatever the checker.
+  tasks (``source="synthetic"``, self-questioning) and trace tasks are scored against their
+  reference solution replayed in a fresh instance, whatever the checker: the end state must match;
+  a read task's answer must quote a value the reference's reads returned, and its calls (name and
+  arguments) give partial credit (``env_tools/replay.py``).
 
 How tool calls are executed (nothing raises out of ``step``; each problem is an observation
 with ``is_error=True`` whose text starts with ``Error:`` and says how to fix the call):
@@ -505,22 +506,26 @@ class ToolsEnvironment(Environment):
             logger.warning("Checker %r returned %s on task %r; clamped to [0, 1].", name, score, task.id)
         return min(1.0, max(0.0, score))
 
+    scores_synthetic_by_replay = True
+    """Synthesized tasks are scored by ``env_tools.replay.replay_score`` (self-questioning records what a read
+    task's answer must quote when it checks the task's feasibility)."""
+
     def _reference_state_score(self, task: Task) -> float:
-        """Synthesized tasks (self-questioning) have no checker of their own: the state must equal, by value,
-        the state the task's reference solution produces in a fresh instance (else 0), times the share of
-        the reference's tools the agent called (reads leave no trace in the state; doing nothing scores 0)."""
+        """Synthesized and trace tasks have no checker of their own: replay the reference in a fresh instance and
+        score by ``env_tools.replay.replay_score`` (end state, and for a read task the answer and the calls)."""
         from langgraph_evolver.questioning.filters import state_fingerprint
+
+        from .replay import replay_score
 
         twin = ToolsEnvironment(self._tools_factory, system_prompt=self._system_prompt)
         try:
             twin.reset(task)
+            before = state_fingerprint(twin)
             for call in task.reference_solution or ():
                 twin.step(Action(tool_calls=(call,)))
-            if state_fingerprint(twin) != state_fingerprint(self):
-                return 0.0
-            called = {c.name for c in self._calls}
-            reference = [c.name for c in task.reference_solution or ()]
-            return sum(name in called for name in reference) / len(reference)
+            after = state_fingerprint(twin)
+            return replay_score(task, state_matches=after == state_fingerprint(self), changes_state=after != before,
+                                calls=self._calls, final_answer=self._final_answer)  # fmt: skip
         finally:
             twin.close()
 

@@ -9,6 +9,10 @@
    with the task's ``env_params``); keep the task only if no call returns an error observation,
    the replay changes the state or reads something non-empty, and where the environment can
    score the task from its reference (the sandbox), the reference scores 1.0 against itself.
+   For environments that score synthesized tasks by replay (``scores_synthetic_by_replay``), a
+   task that only reads must leave something to check its answer by: the values its last read
+   returned (``answers.expected_values``, stored in ``metadata["expected_values"]``), else it is
+   refused ("read task with no expected answer"); the reference with that answer must score 1.0.
 
 ``filter_tasks`` chains them and returns the kept tasks with a ``FilterReport`` of what each
 filter removed and why.
@@ -26,6 +30,7 @@ from typing import Any
 
 from langgraph_evolver.types import Action, Task
 
+from .answers import EXPECTED_KEY, expected_answer, expected_values
 from .profile import READ_VERBS, tool_verb
 
 __all__ = [
@@ -199,10 +204,13 @@ def check_feasibility(
     Returns:
         ``(reason, info)``: ``reason`` is ``None`` when the task is feasible, else why not;
         ``info`` has ``score`` (``None`` when the environment cannot score the task),
-        ``state_changed`` and ``read``.
+        ``state_changed``, ``read`` and, for a read task of an environment that scores by replay,
+        ``expected_values`` (what its answer must quote; ``filter_tasks`` stores them in the task).
     """
     env = env_factory(task)
     info: dict[str, Any] = {"score": None, "state_changed": False, "read": False}
+    by_replay = bool(getattr(env, "scores_synthetic_by_replay", False))
+    observations: list[str] = []
     try:
         env.reset(task)
         before = fingerprint(env)
@@ -211,11 +219,27 @@ def check_feasibility(
             for obs in result.observations:
                 if obs.is_error:
                     return f"error observation from {call.name}", info
+                observations.append(obs.content)
                 if tool_verb(call.name) in READ_VERBS and obs.content.strip().lower() not in _EMPTY:
                     info["read"] = True
         info["state_changed"] = fingerprint(env) != before
         if not info["state_changed"] and not info["read"]:
             return "no state change and nothing read", info
+        answer = None
+        if by_replay and not info["state_changed"]:  # a read task: checked by its answer
+            values = expected_answer(task) or expected_values(task.query, task.reference_solution or (), observations)
+            if not values:
+                return "read task with no expected answer", info
+            if expected_answer(task) is None:
+                info["expected_values"] = values
+                task = dataclasses.replace(task, metadata={**task.metadata, EXPECTED_KEY: values})
+            answer = f"The answer: {values[0]}."
+            env.close()  # score the reference, with that answer, as an agent's episode of the task as stored
+            env = env_factory(task)
+            env.reset(task)
+            for call in task.reference_solution or ():
+                env.step(Action(tool_calls=(call,)))
+            env.step(Action(content=answer))
         try:
             info["score"] = float(env.evaluate())
         except Exception:  # the environment cannot score this task itself: a judge will
@@ -255,7 +279,8 @@ def filter_tasks(
             infeasible[reason] += 1
             continue
         index.add([task.query], "kept", vector[None, :])
-        metadata = {**task.metadata, "filters": ["valid", "novel", "feasible"], "feasibility": info}
+        extra = {EXPECTED_KEY: info.pop("expected_values")} if "expected_values" in info else {}
+        metadata = {**task.metadata, **extra, "filters": ["valid", "novel", "feasible"], "feasibility": info}
         kept.append(dataclasses.replace(task, metadata=metadata))
     report = FilterReport(
         candidates=len(candidates),
