@@ -18,9 +18,8 @@ environments (``env_tools.client.RemoteEnvironment``) implement them natively.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langgraph_evolver.errors import ConfigError
@@ -28,6 +27,8 @@ from langgraph_evolver.types import Action, Observation, StepResult, Task
 
 __all__ = [
     "Environment",
+    "check_task_environments",
+    "environment_factory",
     "list_environments",
     "load_environment",
     "register_environment",
@@ -101,13 +102,39 @@ def list_environments() -> list[str]:
 
 
 def _import_path(path: str) -> Any:
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ImportError(path)
-    module = importlib.import_module(module_name)
-    return getattr(module, attr)
+    from langgraph_evolver.dropin import load_object
+
+    return load_object(path, what="environment")
+
+
+def _resolve(name: str) -> EnvironmentFactory:
+    target = _REGISTRY.get(name)
+    if target is None:
+        if "." not in name and ":" not in name and "/" not in name:
+            raise ConfigError(
+                f"Unknown environment {name!r}. Registered: {', '.join(list_environments())}. "
+                "Pass a registered name or a dotted path such as 'my_pkg.envs:MyEnv'."
+            )
+        target = name
+    if isinstance(target, str):
+        try:
+            target = _import_path(target)
+        except (ImportError, AttributeError, ConfigError) as e:
+            raise ConfigError(
+                f"Could not import environment {name!r} ({e}). Registered names: "
+                f"{', '.join(list_environments())}; a dotted path must be 'module:attr' or "
+                "'module.attr' pointing at an Environment class or factory."
+            ) from e
+    if not callable(target):
+        raise ConfigError(f"Environment {name!r} is a {type(target).__name__}, not an Environment class or factory.")
+    return target
+
+
+def _instantiate(name: str, target: EnvironmentFactory, kwargs: dict[str, Any]) -> Environment:
+    env = target(**kwargs)
+    if not isinstance(env, Environment):
+        raise ConfigError(f"{name!r} produced {type(env).__name__}, which is not an Environment.")
+    return env
 
 
 def load_environment(name: str, **kwargs: Any) -> Environment:
@@ -118,27 +145,40 @@ def load_environment(name: str, **kwargs: Any) -> Environment:
         >>> task = env.list_tasks("train")[0]
         >>> obs = env.reset(task)
     """
-    target = _REGISTRY.get(name)
-    if target is None:
-        if "." not in name and ":" not in name:
+    return _instantiate(name, _resolve(name), kwargs)
+
+
+def environment_factory(name: str, **kwargs: Any) -> Callable[[Task], Environment]:
+    """``task -> fresh instance`` of the environment ``name`` (with ``kwargs``), whatever ``task.env`` says.
+
+    What a command names is what runs its rollouts: ``trainers.evaluate --env`` and ``trainers.grpo``'s
+    ``env_id`` list the tasks *and* build every rollout's environment through this (a task's ``env`` is
+    only a label then; ``check_task_environments`` refuses one that names another known environment).
+    """
+    target = _resolve(name)
+
+    def make(task: Task) -> Environment:
+        return _instantiate(name, target, kwargs)
+
+    return make
+
+
+def check_task_environments(tasks: Sequence[Task], name: str) -> None:
+    """Refuse tasks whose ``env`` names a registered environment other than ``name`` (the one that will run).
+
+    An empty ``env``, the same name, another name for the same factory, or a label that is no registered
+    environment is fine: the named environment runs them.
+    """
+    target = _resolve(name)
+    for task in tasks:
+        if not task.env or task.env == name or task.env not in _REGISTRY:
+            continue
+        if _resolve(task.env) is not target:
             raise ConfigError(
-                f"Unknown environment {name!r}. Registered: {', '.join(list_environments())}. "
-                "Pass a registered name or a dotted path such as 'my_pkg.envs:MyEnv'."
+                f"Task {task.id!r} names environment {task.env!r}, but this run was given {name!r}, which is "
+                f"what runs and scores every rollout. Run with {task.env!r} (--env / env_id), or set the task's "
+                f"env to {name!r} (or leave it empty)."
             )
-        target = name
-    if isinstance(target, str):
-        try:
-            target = _import_path(target)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(
-                f"Could not import environment {name!r} ({e}). Registered names: "
-                f"{', '.join(list_environments())}; a dotted path must be 'module:attr' or "
-                "'module.attr' pointing at an Environment class or factory."
-            ) from e
-    env = target(**kwargs)
-    if not isinstance(env, Environment):
-        raise ConfigError(f"{name!r} produced {type(env).__name__}, which is not an Environment.")
-    return env
 
 
 def _register_with_the_rollout_runner() -> None:

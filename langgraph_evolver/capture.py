@@ -352,18 +352,28 @@ class TrajectoryRecorder(BaseCallbackHandler):
             "incomplete": self.incomplete(),
         }
 
-    def final_text(self, final_state: Any = None) -> str | None:
-        """The graph's final answer: the last AI message of the final state, else the last call's text."""
+    def _last_output(self, final_state: Any = None) -> AIMessage | None:
+        """The graph's last AI message: the final state's last message, else the last action call's output."""
         messages = _state_messages(final_state)
-        if messages:  # the run's answer is its last message, when that is the model's text
-            last = messages[-1]
-            if isinstance(last, AIMessage) and not last.tool_calls:
-                return strip_thoughts(message_text(last))
-            return None
+        if messages:
+            return messages[-1] if isinstance(messages[-1], AIMessage) else None
         for call in reversed(self.calls):
             if call.output is not None and not call.in_tool and call.kind == "action":
-                return None if call.output.tool_calls else strip_thoughts(message_text(call.output))
+                return call.output
         return None
+
+    def final_text(self, final_state: Any = None) -> str | None:
+        """The graph's final answer: its last AI message's text, when that is neither a tool call nor a malformed
+        one (a ``<tool_call>`` that did not parse is not an answer: ``malformed_ending``)."""
+        last = self._last_output(final_state)
+        if last is None or last.tool_calls or step_error(last) is not None:
+            return None
+        return strip_thoughts(message_text(last))
+
+    def malformed_ending(self, final_state: Any = None) -> str | None:
+        """Why the graph's last AI message is a malformed tool call (the graph stopped on it), or ``None``."""
+        last = self._last_output(final_state)
+        return step_error(last) if last is not None and not last.tool_calls else None
 
     def trajectory(
         self,

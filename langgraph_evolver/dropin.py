@@ -243,15 +243,56 @@ def _name(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
+def _is_file_path(location: str) -> bool:
+    return location.endswith(".py") or "/" in location or "\\" in location
+
+
+def load_module_file(location: str, *, what: str = "object") -> Any:
+    """The module in the Python file ``location`` (``./pkg/agent.py``), loaded once per resolved path.
+
+    Its directory goes on ``sys.path`` first, as ``langgraph dev`` does for the files ``langgraph.json``
+    names, so the file can import its neighbours.
+    """
+    import hashlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    file = Path(location).expanduser().resolve()
+    if not file.is_file():
+        raise ConfigError(f"{what}: no file {location!r} (resolved to {file}); give a path to a .py file, or a "
+                          "module path such as 'my_pkg.agent:graph'.")  # fmt: skip
+    name = f"_evolver_file_{file.stem}_{hashlib.sha1(str(file).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(file.parent) not in sys.path:
+        sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{what}: cannot load {file} as Python.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up while it executes
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def load_object(path: str, *, what: str = "object") -> Any:
-    """``"package.module:attribute"`` (or ``package.module.attribute``) → the object."""
+    """``"package.module:attribute"``, ``package.module.attribute`` or ``"./path/file.py:attribute"`` (the form
+    ``langgraph.json`` uses) → the object."""
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
+        if module_name and _is_file_path(path) and path.endswith(".py"):  # "./agent.py" with no attribute
+            module_name, attr = "", ""
     if not module_name or not attr:
-        raise ConfigError(f"{what} {path!r} must look like 'my_pkg.module:name'.")
+        raise ConfigError(f"{what} {path!r} must look like 'my_pkg.module:name' or './path/file.py:name'.")
     try:
-        module = importlib.import_module(module_name)
+        module = load_module_file(module_name, what=what) if _is_file_path(module_name) else (
+            importlib.import_module(module_name))  # fmt: skip
     except ImportError as e:
         raise ConfigError(f"Cannot import {module_name!r} for {what} {path!r}: {e}. Is it on PYTHONPATH "
                           "(run from the directory that holds it, or pip install -e it)?") from e  # fmt: skip
@@ -387,6 +428,8 @@ async def arun_episode(
         ),
         "run_name": f"rollout {task.id} #{rollout_index}",
         "recursion_limit": recursion_limit,
+        # a graph compiled with a checkpointer needs a thread: each rollout its own (ignored without one)
+        "configurable": {"thread_id": trajectory_id},
     }
     token = _CURRENT.set(rollout)
     answered = False
@@ -420,7 +463,9 @@ async def arun_episode(
         _CURRENT.reset(token)
     try:
         if not answered and finish is None and not errors:
-            finish = "max_turns"  # the graph stopped without answering (its own turn limit)
+            # the graph stopped without answering: on a tool call that did not parse (never handed to the checker
+            # as an answer; the step carries the malformed-call penalty), or at its own turn limit
+            finish = "malformed_call" if recorder.malformed_ending(state) else "max_turns"
         if capture and not recorder.calls and not errors:
             errors.append("the graph made no LLM call: check that its model is the one the factory receives and "
                           "that to_input gives it a question")  # fmt: skip

@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 TaskSource = Literal["seed", "synthetic", "trace"]
-FinishReason = Literal["final_answer", "env_done", "max_turns", "error"]
+FinishReason = Literal["final_answer", "env_done", "max_turns", "malformed_call", "error"]
+"""How a rollout ended. ``malformed_call``: the policy's last output was a tool call that did not parse, so the
+graph stopped without an answer; the environment scores the episode with no final answer."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

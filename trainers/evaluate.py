@@ -228,11 +228,14 @@ async def evaluate_endpoint(
     agent: Any = None,
     agent_input: Any = None,
     reward: Any = None,
+    env_factory: Any = None,
 ) -> list[Trajectory]:
     """k rollouts of every task against the endpoint; returns the trajectories.
 
     ``agent`` is any agent ``as_agent`` accepts (a ``build(model, tools)`` factory, a compiled graph
-    with ``EvolverMiddleware``, a dotted path); default: our reference agent.
+    with ``EvolverMiddleware``, a dotted path); default: our reference agent. ``env_factory`` builds
+    each rollout's environment (``env_tools.base.environment_factory(name)`` for the environment a
+    command names); ``env_url`` uses the HTTP service instead; neither: each task's ``env`` by name.
     """
     from graphs.agent import reference_agent
     from langgraph_evolver.chat_model import PolicyChatModel
@@ -241,7 +244,6 @@ async def evaluate_endpoint(
     policy = PolicyChatModel(base_url=base_url, model=model, temperature=temperature, max_tokens=max_tokens,
                              timeout=300, max_retries=1)  # fmt: skip
     spec = agent if agent is not None else reference_agent(max_turns=max_turns)
-    env_factory = None
     if env_url:
         from env_tools.client import remote_environment_factory
 
@@ -344,7 +346,7 @@ def _load_adapter(base_url: str, path: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from env_tools.base import load_environment
+    from env_tools.base import check_task_environments, environment_factory, load_environment
     from langgraph_evolver.errors import EvolverError
     from langgraph_evolver.tracing import JsonlTracer, langsmith_callbacks
 
@@ -372,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if not tasks:
             raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}"
                                + (f" in categories {args.categories}." if args.categories else "."))  # fmt: skip
+        check_task_environments(tasks, args.env)
+        env_factory = None if args.env_url else environment_factory(args.env)  # what --env names runs
         server = None
         if args.base_url:
             base_url, model = args.base_url, args.model
@@ -396,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 evaluate_endpoint(tasks, base_url=base_url, model=model, k=args.k, temperature=args.temperature,
                                   max_tokens=args.max_tokens, max_turns=args.max_turns, concurrency=args.concurrency,
                                   env_url=args.env_url, callbacks=[tracer, *langsmith_callbacks(project="evaluate")],
-                                  agent=agent)
+                                  agent=agent, env_factory=env_factory)
             )  # fmt: skip
     finally:
         if server is not None:

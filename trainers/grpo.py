@@ -150,25 +150,28 @@ def _check_model(model_args: Any) -> Path:
 
 def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]:
     """For each ``(split, limit)``: the first ``limit`` tasks of that split, from one environment instance."""
-    from env_tools.base import load_environment
+    from env_tools.base import check_task_environments, load_environment
 
     env = load_environment(cfg.env_id, **(cfg.env_args or {}))
     try:
-        return [env.list_tasks(split)[:limit] for split, limit in requests]
+        tasks = [env.list_tasks(split)[:limit] for split, limit in requests]
     finally:
         env.close()
+    for part in tasks:
+        check_task_environments(part, cfg.env_id)  # env_id runs every rollout: a task naming another is refused
+    return tasks
 
 
 def _env_factory(cfg: Any) -> Any:
+    """Each rollout's environment: the HTTP service at ``env_url``, else the one ``env_id`` (+ ``env_args``)
+    names, whatever the tasks' ``env`` label says (``env_tools.base.environment_factory``)."""
     if cfg.env_url:
         from env_tools.client import remote_environment_factory
 
         return remote_environment_factory(cfg.env_url)
-    if cfg.env_args:
-        from env_tools.base import load_environment
+    from env_tools.base import environment_factory
 
-        return lambda task: load_environment(task.env, **cfg.env_args)
-    return None
+    return environment_factory(cfg.env_id, **(cfg.env_args or {}))
 
 
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path) -> dict[str, Any]:
@@ -177,11 +180,10 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
     from .evaluate import evaluate_endpoint, summarize, task_means, too_many_failures, write_evaluation
 
     started = time.perf_counter()
-    env_url = cfg.env_url
     trajectories = asyncio.run(evaluate_endpoint(tasks, base_url=base_url, model=model, k=k,
                                                  temperature=cfg.temperature, max_tokens=cfg.max_completion_length,
                                                  max_turns=cfg.max_turns, concurrency=cfg.rollout_concurrency,
-                                                 env_url=env_url, progress=True,
+                                                 env_factory=_env_factory(cfg), progress=True,
                                                  agent=cfg.agent_for_rollouts()))  # fmt: skip
     summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1),

@@ -20,12 +20,9 @@ Run:
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from langgraph_evolver._llm import init_model
@@ -83,21 +80,12 @@ def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = 
 
 def run_setup(target: str) -> None:
     """Call ``module:function`` or ``path/file.py:function`` (no arguments)."""
+    from langgraph_evolver.dropin import load_object
+
     location, sep, attr = target.rpartition(":")
     if not sep or not location or not attr:
         raise ConfigError(f"--setup {target!r} must be 'module:function' or 'path/to/file.py:function'.")
-    if location.endswith(".py"):
-        path = Path(location).resolve()
-        name = f"_questioning_setup_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"--setup: cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the file executes
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(location)
-    getattr(module, attr)()
+    load_object(target, what="--setup")()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,156 @@
+"""Issue 28: a LangGraph user's first hour, with agents and environments written here (not the sandbox).
+
+The environment a command names is the one that runs (its checker is the one applied), file paths name
+agents as ``langgraph.json`` does, a graph compiled with a checkpointer runs, and a tool call that does not
+parse is never handed to the checker as the final answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from langgraph_evolver import run_rollouts
+from langgraph_evolver.testing import ScriptedChatModel
+from langgraph_evolver.types import Task
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ENV_PY = '''
+from langchain_core.tools import tool
+
+from env_tools.langchain_tools import ToolsEnvironment
+from langgraph_evolver.types import Task
+
+
+def permit_tools(task):
+    state = {"permits": []}
+
+    @tool
+    def issue_permit(resident: str, zone: str) -> str:
+        """Issue a parking permit for a resident in a zone."""
+        state["permits"].append((resident, zone))
+        return "issued"
+
+    return state, [issue_permit]
+
+
+def always(task, state, final_answer, calls):
+    return 0.77
+
+
+def make_env(**options):
+    label = options.pop("label", "")
+    tasks = [Task(id=f"permit-{i}", env=label, query=f"Give resident {i} a permit for zone Z{i}.") for i in range(3)]
+    return ToolsEnvironment(permit_tools, tasks={"train": tasks, "test": tasks}, checker=always, **options)
+
+
+def make_env_naming_the_sandbox(**options):
+    return make_env(label="sandbox", **options)
+
+
+def make_env_with_a_label(**options):
+    return make_env(label="parking", **options)
+'''
+
+AGENT_PY = """
+from langchain.agents import create_agent
+
+
+def build(model, tools):
+    return create_agent(model, tools, system_prompt="You issue parking permits.")
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A new user's project: ``permits/env.py`` (tasks, tools, checker) and ``permits/agent.py``."""
+    root = tmp_path_factory.mktemp("newcomer")
+    (root / "permits").mkdir()
+    (root / "permits" / "__init__.py").write_text("")
+    (root / "permits" / "env.py").write_text(textwrap.dedent(ENV_PY))
+    (root / "permits" / "agent.py").write_text(textwrap.dedent(AGENT_PY))
+    return root
+
+
+def evaluate(project: Path, url: str, *flags: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "trainers.evaluate", "--base-url", url, "--k", "1", "--max-turns", "2",
+                           "--max-tokens", "24", "--quiet", "--output-dir", str(project / "out"), *flags],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_the_environment_named_on_the_command_line_is_the_one_that_scores(project, tiny_policy_url):
+    # tasks labelled with a name no environment is registered under: the named factory runs and its checker scores
+    done = evaluate(project, tiny_policy_url, "--env", "permits.env:make_env_with_a_label", "--agent",
+                    "./permits/agent.py:build")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["all"]["avg@1"] == pytest.approx(0.77) and figures["failed"] == 0, figures
+    # tasks that name another registered environment: refused up front, with what to do
+    done = evaluate(project, tiny_policy_url, "--env", "permits.env:make_env_naming_the_sandbox", "--agent",
+                    "./permits/agent.py:build")  # fmt: skip
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert "names environment 'sandbox'" in last and "permits.env:make_env_naming_the_sandbox" in last, last
+
+
+def test_an_agent_file_that_does_not_exist_is_a_clear_error(project, tiny_policy_url):
+    done = evaluate(project, tiny_policy_url, "--env", "permits.env:make_env", "--agent", "./permits/agnt.py:build")
+    assert done.returncode == 2 and "no file './permits/agnt.py'" in done.stderr, done.stderr[-1500:]
+
+
+def test_a_graph_compiled_with_a_checkpointer_gets_a_thread_per_rollout(project):
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    sys.path.insert(0, str(project))
+    try:
+        from permits.env import make_env
+    finally:
+        sys.path.remove(str(project))
+    env = make_env()
+    tasks = env.list_tasks("train")[:2]
+    call = AIMessage("", tool_calls=[{"name": "issue_permit", "args": {"resident": "1", "zone": "Z1"}, "id": "c"}])
+    policy = ScriptedChatModel([call, AIMessage("Done.")])
+
+    def build(model, tools):  # the graph `langgraph dev` would also serve, compiled with its checkpointer
+        return create_agent(model, tools, checkpointer=InMemorySaver())
+
+    trajs = run_rollouts(build, tasks, n=2, policy=policy, env_factory=lambda task: make_env(), concurrency=1)
+    assert [t.errors for t in trajs] == [()] * 4 and all(t.reward == pytest.approx(0.77) for t in trajs)
+    assert len({t.id for t in trajs}) == 4  # each its own thread: no rollout sees another's messages
+    assert all(len(t.steps) == 2 for t in trajs)
+
+
+def test_an_unparseable_tool_call_is_not_handed_to_the_checker_as_an_answer():
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from env_tools.langchain_tools import ToolsEnvironment
+
+    seen: list = []
+
+    @tool
+    def lookup(item: str) -> str:
+        """Look an item up."""
+        return "7"
+
+    def checker(task, state, final_answer, calls):
+        seen.append(final_answer)
+        return 0.7 if final_answer and any(c.isdigit() for c in final_answer) else 0.0
+
+    task = Task(id="q-1", query="How many widgets?")
+    make = lambda task: ToolsEnvironment(lambda t: (None, [lookup]), tasks={"train": [task]}, checker=checker)  # noqa: E731
+    broken = AIMessage('<tool_call>{"name": "lookup", "arguments": {"item": "widget 42"}</tool_call>')  # a } short
+    (traj,) = run_rollouts(lambda model, tools: create_agent(model, tools), [task],
+                           policy=ScriptedChatModel([broken]), env_factory=make)  # fmt: skip
+    assert seen == [None] and traj.reward == 0.0  # the raw text never reached the checker as an answer
+    # the step carries its error, so a policy step pays the malformed-call penalty (trainers.grpo_trainer)
+    assert traj.finish_reason == "malformed_call" and traj.steps[-1].error == "unparseable tool call"
