@@ -163,17 +163,25 @@ def environment_factory(name: str, **kwargs: Any) -> Callable[[Task], Environmen
     return make
 
 
-def check_task_environments(tasks: Sequence[Task], name: str) -> None:
-    """Refuse tasks whose ``env`` names a registered environment other than ``name`` (the one that will run).
+def check_task_environments(tasks: Sequence[Task], name: str, split: str) -> None:
+    """Refuse tasks of ``split`` whose ``env`` names a registered environment other than ``name`` (the one that
+    will run them), unless that environment lists the same task under that split (one environment registered
+    under two names: ``register_tools_environment("library", ...)`` beside a ``library_environment`` factory).
 
-    An empty ``env``, the same name, another name for the same factory, or a label that is no registered
-    environment is fine: the named environment runs them.
+    An empty ``env``, the same name, or a label that is no registered environment is fine: ``name`` runs them.
     """
     target = _resolve(name)
+    known: dict[str, set[str]] = {}
     for task in tasks:
-        if not task.env or task.env == name or task.env not in _REGISTRY:
+        if not task.env or task.env == name or task.env not in _REGISTRY or _resolve(task.env) is target:
             continue
-        if _resolve(task.env) is not target:
+        if task.env not in known:
+            other = _instantiate(task.env, _resolve(task.env), {})
+            try:
+                known[task.env] = {t.id for t in other.list_tasks(split)}
+            finally:
+                other.close()
+        if task.id not in known[task.env]:
             raise ConfigError(
                 f"Task {task.id!r} names environment {task.env!r}, but this run was given {name!r}, which is "
                 f"what runs and scores every rollout. Run with {task.env!r} (--env / env_id), or set the task's "

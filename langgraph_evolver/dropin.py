@@ -469,11 +469,13 @@ async def arun_episode(
         if capture and not recorder.calls and not errors:
             errors.append("the graph made no LLM call: check that its model is the one the factory receives and "
                           "that to_input gives it a question")  # fmt: skip
-        if require_policy and recorder.calls and not recorder.policy_calls:
+        if require_policy and recorder.calls and not recorder.policy_calls and not errors:
+            # (after a crash the missing policy call is the crash's doing: its error says what happened)
             models = ", ".join(recorder.summary()["other_models"])
-            errors.append(f"none of the graph's {len(recorder.calls)} LLM calls went to the policy (they went to "
-                          f"{models}): build the graph with the model the factory receives, or add "
-                          "EvolverMiddleware() to create_agent(..., middleware=[...]) to route it")  # fmt: skip
+            errors.append(f"this rollout made no call through the policy (its {len(recorder.calls)} LLM calls went "
+                          f"to {models}), so it cannot be trained. If the graph routed away from the policy on "
+                          "purpose, that is all; if it should have called it, build the graph with the model the "
+                          "factory receives, or add EvolverMiddleware() to create_agent(middleware=[...])")  # fmt: skip
         if agent.reward is not None:
             draft = recorder.trajectory(task, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
                                         rollout_index=rollout_index, finish_reason=finish, errors=errors)  # fmt: skip

@@ -154,3 +154,73 @@ def test_an_unparseable_tool_call_is_not_handed_to_the_checker_as_an_answer():
     assert seen == [None] and traj.reward == 0.0  # the raw text never reached the checker as an answer
     # the step carries its error, so a policy step pays the malformed-call penalty (trainers.grpo_trainer)
     assert traj.finish_reason == "malformed_call" and traj.steps[-1].error == "unparseable tool call"
+
+
+def test_too_few_tasks_for_one_step_is_refused_before_anything_runs(project, capsys):
+    from trainers.grpo import cli
+
+    with pytest.raises(SystemExit) as stopped:  # the quickstart takes 8 tasks a step; this environment has 3
+        cli(["--config", str(ROOT / "examples" / "quickstart.yaml"), "--env_id", f"{project}/permits/env.py:make_env",
+             "--output_dir", str(project / "run-too-few")])  # fmt: skip
+    assert stopped.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "3 training rows (tasks after level_weights) but one generation takes 8 tasks" in last, last
+    assert not (project / "run-too-few" / "final").exists()
+
+
+ROUTED_AGENT_PY = """
+import os
+
+from langchain.agents import create_agent
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+# a second model that is not the policy, created once at import as users do (its async client is bound to the
+# event loop of its first call)
+router = ChatOpenAI(model="tiny-policy", base_url=os.environ["ROUTER_URL"], api_key="unused", max_tokens=4,
+                    max_retries=0)
+
+
+def build(model, tools):
+    worker = create_agent(model, tools)
+
+    async def route(state: MessagesState) -> dict:
+        await router.ainvoke(state["messages"][-1:])
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("route", route)
+    graph.add_node("work", worker)
+    graph.add_edge(START, "route")
+    graph.add_edge("route", "work")
+    graph.add_edge("work", END)
+    return graph.compile()
+"""
+
+
+@pytest.mark.timeout(600)
+def test_another_model_in_the_graph_survives_the_evaluation_before_training(project, monkeypatch):
+    """The evaluation before training and the training rollouts run on one event loop: a router client bound to
+    the first loop it was used on kept failing with 'Event loop is closed' once asyncio.run had closed it."""
+    from tests.conftest import LORA, TINY_POLICY
+    from trainers.grpo import cli
+    from trainers.policy_server import create_app, serve_in_background
+
+    (project / "permits" / "routed.py").write_text(ROUTED_AGENT_PY)
+    out = project / "run-routed"
+    with serve_in_background(create_app(str(TINY_POLICY), served_model_name="tiny-policy", seed=0)) as url:
+        monkeypatch.setenv("ROUTER_URL", f"{url}/v1")
+        figures = cli(["--config", str(ROOT / "examples" / "quickstart.yaml"), *LORA,
+                       "--env_id", f"{project}/permits/env.py:make_env",
+                       "--agent", f"{project}/permits/routed.py:build",
+                       "--policy_base_url", f"{url}/v1", "--policy_model", "tiny-policy", "--output_dir", str(out),
+                       "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "2",
+                       "--gradient_accumulation_steps", "1", "--max_turns", "2", "--eval_split", "test",
+                       "--eval_limit", "2", "--eval_k", "1", "--eval_after", "false",
+                       "--save_strategy", "no"])  # fmt: skip
+    assert figures["steps"] == 1
+    before = [json.loads(line) for line in (out / "eval_before" / "trajectories.jsonl").read_text().splitlines()]
+    trained = [json.loads(line) for line in (out / "trajectories" / "step_00000.jsonl").read_text().splitlines()]
+    for t in before + trained:
+        assert not any("Event loop is closed" in e for e in t["errors"]), t["errors"]
+        assert any(not s["policy"] for s in t["steps"]), "the router's call is recorded, never trained"

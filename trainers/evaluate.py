@@ -374,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if not tasks:
             raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}"
                                + (f" in categories {args.categories}." if args.categories else "."))  # fmt: skip
-        check_task_environments(tasks, args.env)
+        check_task_environments(tasks, args.env, args.split)
         env_factory = None if args.env_url else environment_factory(args.env)  # what --env names runs
         server = None
         if args.base_url:

@@ -157,8 +157,8 @@ def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]
         tasks = [env.list_tasks(split)[:limit] for split, limit in requests]
     finally:
         env.close()
-    for part in tasks:
-        check_task_environments(part, cfg.env_id)  # env_id runs every rollout: a task naming another is refused
+    for part, (split, _) in zip(tasks, requests, strict=True):  # env_id runs every rollout: another env is refused
+        check_task_environments(part, cfg.env_id, split)
     return tasks
 
 
@@ -174,17 +174,20 @@ def _env_factory(cfg: Any) -> Any:
     return environment_factory(cfg.env_id, **(cfg.env_args or {}))
 
 
-def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path) -> dict[str, Any]:
+def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path,
+              loop: asyncio.AbstractEventLoop) -> dict[str, Any]:  # fmt: skip
     from langgraph_evolver.errors import PolicyEndpointError
 
     from .evaluate import evaluate_endpoint, summarize, task_means, too_many_failures, write_evaluation
 
     started = time.perf_counter()
-    trajectories = asyncio.run(evaluate_endpoint(tasks, base_url=base_url, model=model, k=k,
-                                                 temperature=cfg.temperature, max_tokens=cfg.max_completion_length,
-                                                 max_turns=cfg.max_turns, concurrency=cfg.rollout_concurrency,
-                                                 env_factory=_env_factory(cfg), progress=True,
-                                                 agent=cfg.agent_for_rollouts()))  # fmt: skip
+    trajectories = loop.run_until_complete(evaluate_endpoint(tasks, base_url=base_url, model=model, k=k,
+                                                         temperature=cfg.temperature,
+                                                         max_tokens=cfg.max_completion_length,
+                                                         max_turns=cfg.max_turns,
+                                                         concurrency=cfg.rollout_concurrency,
+                                                         env_factory=_env_factory(cfg), progress=True,
+                                                         agent=cfg.agent_for_rollouts()))  # fmt: skip
     summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1),
                "task_avg": {tid: round(v, 4) for tid, v in task_means(trajectories).items()}}  # fmt: skip
@@ -247,6 +250,12 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         raise ConfigError(f"No held-out tasks in split {script_args.eval_split!r}; set eval_split or eval_before/"
                           "eval_after: false.")  # fmt: skip
     dataset = task_dataset(train_tasks, parse_level_weights(cfg.level_weights))
+    per_step = cfg.generation_batch_size // cfg.num_generations
+    if len(dataset) < per_step:  # TRL's sampler drops an incomplete batch: the run would take 0 steps
+        raise ConfigError(f"{len(dataset)} training rows (tasks after level_weights) but one generation takes "
+                          f"{per_step} tasks x num_generations={cfg.num_generations} (generation_batch_size="
+                          f"{cfg.generation_batch_size}): add tasks, or lower per_device_train_batch_size / "
+                          "steps_per_generation so one step needs at most that many tasks.")  # fmt: skip
 
     server = None
     base_url, base_model = cfg.policy_base_url, cfg.policy_model
@@ -264,6 +273,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     broadcast_object_list(shared)
     base_url, base_model = shared
     figures: dict[str, Any] = {}
+    # One event loop for the evaluations and every training rollout: a user's graph may hold async clients of
+    # its own (a router model), bound to the loop they were first used on; asyncio.run per evaluation closed it.
+    loop = asyncio.new_event_loop()
     try:
         out.mkdir(parents=True, exist_ok=True)
         evals: dict[str, dict[str, Any]] = {}
@@ -271,7 +283,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         if script_args.eval_before and state.is_main_process:
             print(f"evaluating the starting policy on {len(eval_tasks)} held-out tasks x {k} …", file=sys.stderr)
             evals["before"] = _evaluate(eval_tasks, base_url=base_url, model=base_model, k=k, cfg=cfg,
-                                        out=out / "eval_before")  # fmt: skip
+                                        out=out / "eval_before", loop=loop)  # fmt: skip
         state.wait_for_everyone()
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_path))
@@ -280,7 +292,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                                      peft_config=get_peft_config(model_args), policy_base_url=base_url,
                                      env_factory=_env_factory(cfg),
                                      rollout_callbacks=langsmith_callbacks(project="langgraph-evolver-train"),
-                                     callbacks=callbacks)  # fmt: skip
+                                     callbacks=callbacks, event_loop=loop)  # fmt: skip
         trainer.remove_callback(ProgressCallback)
         card = {"cfg": cfg, "model_args": model_args, "base_model": str(model_args.model_name_or_path),
                 "command": command or launch_command(), "evals": evals, "k": k, "eval_split": script_args.eval_split,
@@ -303,6 +315,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         elif isinstance(resume, str) and resume.lower() in ("false", "none", ""):
             resume = None
         trainer.train(resume_from_checkpoint=resume)
+        if trainer.state.global_step == 0:
+            raise EvolverError("Training took no optimizer step, so there is nothing to save or evaluate: check "
+                               "max_steps / num_train_epochs and that the dataset yields a batch.")  # fmt: skip
         trainer._sync_policy()  # the last optimizer step's weights, for the evaluation after
         final_model = trainer.policy.current
         trainer.save_model(str(out / "final"))
@@ -310,7 +325,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         if script_args.eval_after and state.is_main_process:
             print(f"evaluating the trained policy ({final_model}) …", file=sys.stderr)
             evals["after"] = _evaluate(eval_tasks, base_url=base_url, model=final_model, k=k, cfg=cfg,
-                                       out=out / "eval_after")  # fmt: skip
+                                       out=out / "eval_after", loop=loop)  # fmt: skip
         state.wait_for_everyone()
         if state.is_main_process:
             for where in (out / "README.md", out / "final" / "README.md"):  # ours, over TRL's and PEFT's placeholders
@@ -336,6 +351,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     finally:
         if server is not None:
             server.stop()
+        loop.close()
     return figures
 
 

@@ -173,6 +173,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         policy_base_url: The endpoint's ``…/v1`` URL.
         env_factory: ``Task -> Environment`` (default: the task's registry id, in-process).
         rollout_callbacks: LangChain callbacks for every rollout (tracing).
+        event_loop: the loop every rollout runs on (default: a new one for this trainer).
     """
 
     _tag_names = ["trl", "grpo", "langgraph-evolver"]
@@ -190,6 +191,7 @@ class EvolverGRPOTrainer(GRPOTrainer):
         env_factory: Callable[[Task], Any] | None = None,
         rollout_callbacks: list | None = None,
         callbacks: list | None = None,
+        event_loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(model=model, reward_funcs=[environment_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)  # fmt: skip
@@ -209,8 +211,10 @@ class EvolverGRPOTrainer(GRPOTrainer):
         # grpo/sapo/dr_grpo/luspo: exact with merged and padding rows through per-call weights (samples.py)
         self._sequence_weight = sequence_weight(args.loss_type, self.max_completion_length)
         self.last_trajectories: list[Trajectory] = []
-        # One event loop for the whole run: rollouts and the judge keep their HTTP clients across steps.
-        self._loop = asyncio.new_event_loop()
+        # One event loop for the whole run: rollouts and the judge keep their HTTP clients across steps, and so do
+        # the other models of a user's graph (an async client is bound to the loop it was first used on; the
+        # evaluations of trainers.grpo run on this loop too, when it passes it as event_loop).
+        self._loop = event_loop or asyncio.new_event_loop()
         settings = args.attribution_settings
         self.judge = make_judge(settings.judge, **settings.judge_options) if settings.enabled else None
         self.navigator = self.pool = self.extractor = None
