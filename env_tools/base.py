@@ -164,28 +164,38 @@ def environment_factory(name: str, **kwargs: Any) -> Callable[[Task], Environmen
 
 
 def check_task_environments(tasks: Sequence[Task], name: str, split: str) -> None:
-    """Refuse tasks of ``split`` whose ``env`` names a registered environment other than ``name`` (the one that
-    will run them), unless that environment lists the same task under that split (one environment registered
-    under two names: ``register_tools_environment("library", ...)`` beside a ``library_environment`` factory).
+    """Refuse tasks of ``split`` that belong to another environment than ``name``, the one that will run them.
 
-    An empty ``env``, the same name, or a label that is no registered environment is fine: ``name`` runs them.
+    A task belongs elsewhere when its ``env`` names a registered environment of another kind (class) that lists
+    that very task: sandbox tasks handed to a user's ``ToolsEnvironment`` would be scored by the wrong checker.
+    A label (``Task.env`` defaults to ``"sandbox"``), the same name, or one environment registered under two
+    names (``register_tools_environment("library", ...)`` beside a ``library_environment`` factory) is fine:
+    ``name`` runs them.
     """
     target = _resolve(name)
-    known: dict[str, set[str]] = {}
+    kind: type | None = None
+    owners: dict[str, tuple[type, set[str]]] = {}
     for task in tasks:
         if not task.env or task.env == name or task.env not in _REGISTRY or _resolve(task.env) is target:
             continue
-        if task.env not in known:
+        if task.env not in owners:
             other = _instantiate(task.env, _resolve(task.env), {})
             try:
-                known[task.env] = {t.id for t in other.list_tasks(split)}
+                owners[task.env] = (type(other), {t.id for t in other.list_tasks(split)})
             finally:
                 other.close()
-        if task.id not in known[task.env]:
+        other_kind, ids = owners[task.env]
+        if task.id not in ids:
+            continue
+        if kind is None:
+            named = _instantiate(name, target, {})
+            kind = type(named)
+            named.close()
+        if other_kind is not kind:
             raise ConfigError(
-                f"Task {task.id!r} names environment {task.env!r}, but this run was given {name!r}, which is "
-                f"what runs and scores every rollout. Run with {task.env!r} (--env / env_id), or set the task's "
-                f"env to {name!r} (or leave it empty)."
+                f"Task {task.id!r} is a task of environment {task.env!r} ({other_kind.__name__}), but this run was "
+                f"given {name!r} ({kind.__name__}), which is what runs and scores every rollout. Run with "
+                f"{task.env!r} (--env / env_id), or give the tasks of {name!r} their own ids and env."
             )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from .types import Task
@@ -21,11 +21,17 @@ __all__ = ["ReferencePolicy", "ScriptedChatModel"]
 
 
 class ReferencePolicy(BaseChatModel):
-    """Answers every task with its reference solution, one call per turn."""
+    """Answers every task with its reference solution, one call per turn, then its answer.
+
+    The task is the running rollout's (``current_rollout()``), else the one whose query is the first user
+    message. The answer is ``task.metadata["answer"]``, else the last tool result. ``trainers.evaluate
+    --reference_policy`` plays it through a user's own graph to check the plumbing: on a correct setup every
+    task scores 1.0 and every call is captured with its observation.
+    """
 
     tasks_by_query: dict[str, Any]
 
-    def __init__(self, tasks: Iterable[Task], **kwargs: Any) -> None:
+    def __init__(self, tasks: Iterable[Task] = (), **kwargs: Any) -> None:
         by_query: dict[str, Task] = {}
         for task in tasks:
             by_query.setdefault(task.query, task)
@@ -39,15 +45,25 @@ class ReferencePolicy(BaseChatModel):
         return self
 
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
-        query = next(m.text for m in messages if isinstance(m, HumanMessage))
-        task: Task = self.tasks_by_query[query]
+        from .dropin import current_rollout
+
+        rollout = current_rollout()
+        if rollout is not None:
+            task: Task = rollout.task
+        else:
+            query = next(m.text for m in messages if isinstance(m, HumanMessage))
+            task = self.tasks_by_query[query]
         turn = sum(isinstance(m, AIMessage) for m in messages)
         ref = task.reference_solution or ()
         if turn < len(ref):
             call = ref[turn]
             args = call.arguments if isinstance(call.arguments, dict) else {}
             return AIMessage("", tool_calls=[{"name": call.name, "args": dict(args), "id": f"call_{turn}"}])
-        return AIMessage(task.metadata.get("answer") or "Done.")
+        answer = task.metadata.get("answer")
+        if answer is None:
+            results = [m for m in messages if isinstance(m, ToolMessage)]
+            answer = results[-1].text if results else "Done."
+        return AIMessage(str(answer))
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any

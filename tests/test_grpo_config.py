@@ -148,3 +148,36 @@ def test_a_loss_type_with_no_exactness_test_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(trl.GRPOConfig, "__post_init__", lambda self: None)  # as if TRL accepted a new name
     with pytest.raises(ConfigError, match="loss_type='gpg' is not one the trainer keeps exact"):
         EvolverGRPOConfig(**common, loss_type="gpg")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("learning_rat: 1.0e-4\n", "unknown key `learning_rat` (did you mean `learning_rate`?)"),
+        (
+            "env: sandbox\n",
+            "`env:` is TRL's key for environment variables (a mapping); the environment to train on "
+            "is `env_id:` (env_id: sandbox)",
+        ),  # fmt: skip
+    ],
+)
+def test_a_config_key_error_names_the_key_and_the_nearest_valid_one(tmp_path, capsys, yaml_text, message):
+    from trainers.grpo import cli
+
+    config = tmp_path / "my.yaml"
+    config.write_text("model_name_or_path: checkpoints/tiny-policy\n" + yaml_text)
+    with pytest.raises(SystemExit) as stopped:
+        cli(["--config", str(config), "--output_dir", str(tmp_path / "out")])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_evaluate_flags_have_one_spelling_and_the_other_is_accepted_with_a_note(capsys):
+    from trainers.evaluate import canonical_flags, make_parser
+
+    argv = ["--agent-input", "m:f", "--reward=m:score", "--base_url", "http://x/v1", "--k", "2"]
+    assert canonical_flags(argv, make_parser()) == ["--agent_input", "m:f", "--reward_fn=m:score", "--base_url",
+                                                    "http://x/v1", "--k", "2"]  # fmt: skip
+    assert "--agent-input -> --agent_input, --reward -> --reward_fn" in capsys.readouterr().err
+    args = make_parser().parse_args(canonical_flags(argv, make_parser()))
+    assert (args.agent_input, args.reward, args.base_url) == ("m:f", "m:score", "http://x/v1")

@@ -26,7 +26,7 @@ ENV_PY = '''
 from langchain_core.tools import tool
 
 from env_tools.langchain_tools import ToolsEnvironment
-from langgraph_evolver.types import Task
+from langgraph_evolver.types import Task, ToolCall
 
 
 def permit_tools(task):
@@ -55,8 +55,34 @@ def make_env_naming_the_sandbox(**options):
     return make_env(label="sandbox", **options)
 
 
+def make_env_with_sandbox_tasks(**options):
+    from env_tools.sandbox import seed_tasks
+
+    tasks = seed_tasks("test")[:3]
+    return ToolsEnvironment(permit_tools, tasks={"train": tasks, "test": tasks}, checker=always, **options)
+
+
 def make_env_with_a_label(**options):
     return make_env(label="parking", **options)
+
+
+def issued(task, state, final_answer, calls):
+    return float(tuple(task.metadata["permit"]) in state["permits"])
+
+
+def misread(task, state, final_answer, calls):  # a checker bug: compares the zone with the resident
+    return float((task.metadata["permit"][1], task.metadata["permit"][0]) in state["permits"])
+
+
+def make_checked_env(checker=issued, **options):
+    call = lambda i: ToolCall(name="issue_permit", arguments={"resident": str(i), "zone": f"Z{i}"})  # noqa: E731
+    tasks = [Task(id=f"permit-{i}", query=f"Give resident {i} a permit for zone Z{i}.", reference_solution=(call(i),),
+                  metadata={"permit": [str(i), f"Z{i}"]}) for i in range(3)]
+    return ToolsEnvironment(permit_tools, tasks={"train": tasks, "test": tasks}, checker=checker, **options)
+
+
+def make_misread_env(**options):
+    return make_checked_env(checker=misread, **options)
 '''
 
 AGENT_PY = """
@@ -93,12 +119,16 @@ def test_the_environment_named_on_the_command_line_is_the_one_that_scores(projec
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["all"]["avg@1"] == pytest.approx(0.77) and figures["failed"] == 0, figures
-    # tasks that name another registered environment: refused up front, with what to do
+    # tasks labelled "sandbox" (Task's default): a label too, the named factory still runs and scores them
     done = evaluate(project, tiny_policy_url, "--env", "permits.env:make_env_naming_the_sandbox", "--agent",
+                    "./permits/agent.py:build")  # fmt: skip
+    assert done.returncode == 0 and json.loads(done.stdout.strip().splitlines()[-1])["all"]["avg@1"] == 0.77
+    # tasks that belong to another environment (sandbox tasks given to the user's factory): refused up front
+    done = evaluate(project, tiny_policy_url, "--env", "permits.env:make_env_with_sandbox_tasks", "--agent",
                     "./permits/agent.py:build")  # fmt: skip
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert "names environment 'sandbox'" in last and "permits.env:make_env_naming_the_sandbox" in last, last
+    assert "is a task of environment 'sandbox' (SandboxEnvironment)" in last and "ToolsEnvironment" in last, last
 
 
 def test_an_agent_file_that_does_not_exist_is_a_clear_error(project, tiny_policy_url):
@@ -224,3 +254,21 @@ def test_another_model_in_the_graph_survives_the_evaluation_before_training(proj
     for t in before + trained:
         assert not any("Event loop is closed" in e for e in t["errors"]), t["errors"]
         assert any(not s["policy"] for s in t["steps"]), "the router's call is recorded, never trained"
+
+
+def test_the_reference_policy_checks_the_plumbing_on_the_users_own_domain(project):
+    """No endpoint: a scripted model plays each task's reference solution through the user's graph."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    def run(factory: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "trainers.evaluate", "--reference_policy", "--env", factory,
+                               "--agent", "./permits/agent.py:build", "--k", "1", "--quiet",
+                               "--output_dir", str(project / "out-ref")],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    done = run("permits.env:make_checked_env")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "plumbing: 3 of 3 tool calls captured with their observation; every task scored 1.0" in done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["all"]["avg@1"] == 1.0
+    done = run("permits.env:make_misread_env")  # the checker bug shows as a reference that scores 0
+    assert "NOT OK" in done.stderr and "the reference solution scored below 1.0 on" in done.stderr, done.stderr[-800:]

@@ -7,8 +7,8 @@ policy server on the committed tiny policy and stops it afterwards.
 
     python -m trainers.evaluate                              # tiny policy, test split, k=4
     python -m trainers.evaluate --k 8 --limit 30
-    python -m trainers.evaluate --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-    python -m trainers.evaluate --env-url http://127.0.0.1:8080  # environments over HTTP
+    python -m trainers.evaluate --base_url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
+    python -m trainers.evaluate --env_url http://127.0.0.1:8080  # environments over HTTP
     python -m trainers.evaluate --config examples/quickstart.yaml --k 8   # a training config's model/env
     python -m trainers.evaluate --config examples/quickstart.yaml --adapter runs/quickstart/final
     python -m trainers.evaluate --env bfcl --categories base,miss_param --k 4   # BFCL multi-turn (docs/bfcl.md)
@@ -49,6 +49,7 @@ __all__ = [
     "evaluate_endpoint",
     "failed_rollouts",
     "failure_kind",
+    "plumbing_report",
     "failure_summary",
     "group_by_task",
     "main",
@@ -113,6 +114,39 @@ def too_many_failures(figures: dict[str, Any], max_share: float, what: str) -> s
     total = figures["failed"] + figures["all"]["samples"]
     return (f"{figures['failed']} of {total} rollouts of {what} failed outside the policy (more than "
             f"{max_share:.0%}); they are not scored. First error: {figures['first_failure']}")  # fmt: skip
+
+
+def plumbing_report(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """What ``--reference_policy`` checks: the reference solutions score 1.0 through the user's graph, and every
+    tool call was captured with its observation. Lists the first tasks where either fails."""
+    calls = observed = 0
+    below: list[str] = []
+    unobserved: list[str] = []
+    for t in trajectories:
+        made = [c for s in t.steps for c in s.action.tool_calls]
+        seen = sum(len(s.observations) for s in t.steps)
+        calls, observed = calls + len(made), observed + min(seen, len(made))
+        if seen < len(made) and len(unobserved) < 5:
+            unobserved.append(t.task.id)
+        if (t.reward is None or t.reward < 1.0) and len(below) < 5:
+            below.append(f"{t.task.id}: {t.reward} {t.errors[0] if t.errors else ''}".strip())
+    return {"tool_calls": calls, "observed": observed, "below_1": below, "calls_without_observation": unobserved,
+            "ok": not below and calls == observed and calls > 0}  # fmt: skip
+
+
+def plumbing_text(report: dict[str, Any]) -> str:
+    lines = [f"plumbing: {report['observed']} of {report['tool_calls']} tool calls captured with their observation; "
+             + ("every task scored 1.0 with its reference solution: environment, checker and capture agree"
+                if report["ok"] else "NOT OK")]  # fmt: skip
+    if report["below_1"]:
+        lines.append("  the reference solution scored below 1.0 on (checker, answer or environment): "
+                     + "; ".join(report["below_1"]))  # fmt: skip
+    if report["calls_without_observation"]:
+        lines.append("  calls without a captured observation (a tool node the recorder cannot see?): "
+                     + ", ".join(report["calls_without_observation"]))  # fmt: skip
+    if not report["tool_calls"]:
+        lines.append("  no tool call reached the graph's tools: does the graph use the model its factory receives?")
+    return "\n".join(lines)
 
 
 def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
@@ -229,6 +263,7 @@ async def evaluate_endpoint(
     agent_input: Any = None,
     reward: Any = None,
     env_factory: Any = None,
+    reference_policy: bool = False,
 ) -> list[Trajectory]:
     """k rollouts of every task against the endpoint; returns the trajectories.
 
@@ -241,8 +276,13 @@ async def evaluate_endpoint(
     from langgraph_evolver.chat_model import PolicyChatModel
     from langgraph_evolver.rollout import arun_rollouts
 
-    policy = PolicyChatModel(base_url=base_url, model=model, temperature=temperature, max_tokens=max_tokens,
-                             timeout=300, max_retries=1)  # fmt: skip
+    if reference_policy:
+        from langgraph_evolver.testing import ReferencePolicy
+
+        policy: Any = ReferencePolicy(tasks)
+    else:
+        policy = PolicyChatModel(base_url=base_url, model=model, temperature=temperature, max_tokens=max_tokens,
+                                 timeout=300, max_retries=1)  # fmt: skip
     spec = agent if agent is not None else reference_agent(max_turns=max_turns)
     if env_url:
         from env_tools.client import remote_environment_factory
@@ -253,7 +293,8 @@ async def evaluate_endpoint(
                                    callbacks=callbacks, progress=progress, max_turns=max_turns,
                                    to_input=agent_input, reward=reward)  # fmt: skip
     finally:
-        await policy.aclose()
+        if not reference_policy:
+            await policy.aclose()
 
 
 # trainers.grpo config keys -> our flags' destinations
@@ -286,29 +327,59 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="a trainers.grpo YAML config to take the model/endpoint/env settings from")
     p.add_argument("--adapter", help="a LoRA adapter directory to load into the endpoint and evaluate")
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint (…/v1); default: start the local server")
+    p.add_argument("--base_url", help="OpenAI-compatible endpoint (…/v1); default: start the local server")
     p.add_argument("--model", help="model name at the endpoint (default: the served tiny policy)")
-    p.add_argument("--model-path", default=str(DEFAULT_CHECKPOINT), help="model for the local server")
+    p.add_argument("--model_path", default=str(DEFAULT_CHECKPOINT), help="model for the local server")
     p.add_argument("--agent", help="your agent, 'my_pkg.agent:build_agent' (default: our reference agent)")
-    p.add_argument("--agent-input", help="'my_pkg:to_input', (task[, observation]) -> the graph's input")
-    p.add_argument("--reward", help="'my_pkg:score', (task, final_state, trajectory) -> float, instead of evaluate()")
+    p.add_argument("--agent_input", help="'my_pkg:to_input', (task[, observation]) -> the graph's input")
+    p.add_argument(
+        "--reward_fn",
+        dest="reward",
+        help="'my_pkg:score', (task, final_state, trajectory) -> float, instead of evaluate()",
+    )
     p.add_argument("--env", default="sandbox", help="environment registry id or 'my_pkg.module:factory'")
-    p.add_argument("--env-url", help="use the HTTP environment service at this URL instead of in-process")
+    p.add_argument("--env_url", help="use the HTTP environment service at this URL instead of in-process")
     p.add_argument("--split", default="test")
     p.add_argument("--categories", help="comma-separated task categories to evaluate (BFCL: base,miss_func,"
                    "miss_param,long_context); default: every task of the split")  # fmt: skip
     p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
     p.add_argument("--k", type=int, default=4, help="samples per task")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--max-turns", type=int, default=10)
+    p.add_argument("--max_tokens", type=int, default=128)
+    p.add_argument("--max_turns", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--output-dir", default="runs/evaluate")
+    p.add_argument("--output_dir", default="runs/evaluate")
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
-    p.add_argument("--max-failed-share", type=float, default=0.5,
+    p.add_argument("--reference_policy", action="store_true",
+                   help="check the plumbing on your own domain: play each task's reference solution through your "
+                   "graph (a scripted model, no endpoint), then its answer; a correct setup scores 1.0 with every "
+                   "call captured with its observation")  # fmt: skip
+    p.add_argument("--max_failed_share", type=float, default=0.5,
                    help="exit 1 when more than this share of the rollouts failed outside the policy (endpoint or "
                    "environment errors; they are never scored as wrong answers)")  # fmt: skip
     return p
+
+
+_RENAMED_FLAGS = {"--reward": "--reward_fn"}
+"""Old spellings of ``trainers.evaluate`` flags, accepted with a note (``trainers.grpo`` spells them this way)."""
+
+
+def canonical_flags(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``argv`` with each flag in its one spelling: underscores as in ``trainers.grpo`` (``--agent_input``, not
+    ``--agent-input``) and ``--reward_fn`` for ``--reward``. A flag given the other way is accepted, with a note."""
+    known = {o for action in parser._actions for o in action.option_strings}
+    out, noted = [], []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        new = _RENAMED_FLAGS.get(flag) or (flag.replace("-", "_").replace("__", "--", 1) if flag.startswith("--")
+                                           else flag)  # fmt: skip
+        if new != flag and new in known:
+            noted.append(f"{flag} -> {new}")
+            arg = new + eq + value
+        out.append(arg)
+    if noted:
+        print(f"note: trainers.evaluate spells its flags like trainers.grpo: {', '.join(noted)}", file=sys.stderr)
+    return out
 
 
 def select_tasks(tasks: Sequence[Any], categories: str | None, limit: int | None) -> list[Any]:
@@ -353,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from .serving import PolicyServerProcess, check_endpoint
 
     parser = make_parser()
+    argv = canonical_flags(sys.argv[1:] if argv is None else argv, parser)
     pre, _ = parser.parse_known_args(argv)
     try:
         if pre.config:
@@ -377,7 +449,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         check_task_environments(tasks, args.env, args.split)
         env_factory = None if args.env_url else environment_factory(args.env)  # what --env names runs
         server = None
-        if args.base_url:
+        if args.reference_policy:
+            if not any(t.reference_solution for t in tasks):
+                raise EvolverError(f"--reference_policy plays each task's reference_solution, and no task of split "
+                                   f"{args.split!r} has one: add them to your tasks.")  # fmt: skip
+            base_url, model = "", "reference-policy"
+        elif args.base_url:
             base_url, model = args.base_url, args.model
             served = check_endpoint(base_url, model)
             model = model or served[0]
@@ -400,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 evaluate_endpoint(tasks, base_url=base_url, model=model, k=args.k, temperature=args.temperature,
                                   max_tokens=args.max_tokens, max_turns=args.max_turns, concurrency=args.concurrency,
                                   env_url=args.env_url, callbacks=[tracer, *langsmith_callbacks(project="evaluate")],
-                                  agent=agent, env_factory=env_factory)
+                                  agent=agent, env_factory=env_factory, reference_policy=args.reference_policy)
             )  # fmt: skip
     finally:
         if server is not None:
@@ -411,7 +488,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print_report(trajectories, summary, args.k)
     figures = {"model": model, "env": args.env, "split": args.split, "tasks": len(tasks), "k": args.k, **summary,
                "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
+    if args.reference_policy:
+        figures["plumbing"] = plumbing_report(trajectories)
     write_evaluation(out, trajectories, figures)
+    if args.reference_policy:
+        print(plumbing_text(figures["plumbing"]), file=sys.stderr)
     print(json.dumps(figures))
     if (reason := too_many_failures(figures, args.max_failed_share, "the evaluation")) is not None:
         print(f"error: {reason}", file=sys.stderr)

@@ -426,11 +426,47 @@ def _exit_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def check_config_keys(argv: list[str]) -> None:
+    """Name a ``--config`` YAML file's unknown keys with the nearest valid ones, before TRL's parser sees them
+    (TRL says "add them to the dataclass, or set fail_with_unknown_args=False")."""
+    import dataclasses
+    import difflib
+
+    import yaml
+    from trl import ModelConfig
+
+    from .config import EvolverGRPOConfig
+
+    path = next((a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
+                 for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)  # fmt: skip
+    if not path:
+        return
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"Cannot read --config {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path} must be a YAML mapping of field: value.")
+    if "env" in data and not isinstance(data["env"], dict):
+        raise ConfigError(f"{path}: `env:` is TRL's key for environment variables (a mapping); the environment "
+                          f"to train on is `env_id:` (env_id: {data['env']}).")  # fmt: skip
+    valid = {f.name for cls in (ScriptArguments, EvolverGRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}
+    unknown = [key for key in data if key not in valid and key != "env"]
+    if unknown:
+        hints = []
+        for key in unknown:
+            near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+            hints.append(f"`{key}`" + (f" (did you mean `{near[0]}`?)" if near else ""))
+        raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+                          "`python -m trainers.grpo --help` lists every field.")  # fmt: skip
+
+
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
     _exit_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("trainers").setLevel(logging.INFO)
     try:
+        check_config_keys(list(sys.argv[1:] if argv is None else argv))
         try:
             script_args, cfg, model_args = make_parser().parse_args_and_config(argv)
         except ValueError as e:  # TRL's own config checks
