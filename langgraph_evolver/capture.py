@@ -148,6 +148,9 @@ class TrajectoryRecorder(BaseCallbackHandler):
     _by_run: dict[UUID, LLMCall] = field(default_factory=dict)
     _parents: dict[UUID, UUID | None] = field(default_factory=dict)
     _tool_runs: dict[UUID, _ToolRun] = field(default_factory=dict)
+    _node_results: dict[str, ToolObservation] = field(default_factory=dict)
+    """Tool messages seen in any node's output, at any depth (first per call id): results no tool run reported,
+    such as ``ToolNode``'s error for an unknown tool inside a subgraph whose state the final state never shows."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     turn_limit_hit: bool = False
     user_turns: int = 1
@@ -176,6 +179,12 @@ class TrajectoryRecorder(BaseCallbackHandler):
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                        **kwargs: Any) -> None:  # fmt: skip
         self._parents[run_id] = parent_run_id
+
+    @_never_raises
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        for message in _tool_messages(outputs):
+            if message.tool_call_id and message.tool_call_id not in self._node_results:
+                self._node_results[message.tool_call_id] = _observation(message, message.name or "")
 
     @_never_raises
     def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], *, run_id: UUID,
@@ -284,7 +293,8 @@ class TrajectoryRecorder(BaseCallbackHandler):
         return sum(c.kind == "action" for c in self.policy_calls)
 
     def observations(self, final_state: Any = None) -> dict[str, list[ToolObservation]]:
-        """Tool results per call id, in order: from the tool runs, else the final state's ``ToolMessage``s.
+        """Tool results per call id, in order: from the tool runs, else the tool messages of any node's output (a
+        subgraph's included), else the final state's ``ToolMessage``s.
 
         A list per id, consumed in order, so two calls that reuse an id still get their own results.
         """
@@ -292,6 +302,8 @@ class TrajectoryRecorder(BaseCallbackHandler):
         for run in list(self._tool_runs.values()):
             if run.call_id and run.output is not None:
                 found.setdefault(run.call_id, []).append(run.output)
+        for call_id, observation in list(self._node_results.items()):
+            found.setdefault(call_id, [observation])
         from_state: dict[str, list[ToolObservation]] = {}
         for m in _state_messages(final_state):
             if isinstance(m, ToolMessage) and m.tool_call_id not in found:
@@ -424,6 +436,20 @@ def _observation(message: ToolMessage, name: str) -> ToolObservation:
     content = message.content if isinstance(message.content, str) else message.text
     return ToolObservation(call_id=message.tool_call_id, name=message.name or name, content=content,
                            is_error=message.status == "error")  # fmt: skip
+
+
+def _tool_messages(value: Any, depth: int = 0) -> list[ToolMessage]:
+    """The ``ToolMessage``s in a node's output: a message, a list, a state dict, a ``Command``'s update."""
+    if depth > 4 or value is None:
+        return []
+    if isinstance(value, ToolMessage):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [m for v in value for m in _tool_messages(v, depth + 1)]
+    if isinstance(value, dict):
+        return _tool_messages(value.get("messages"), depth + 1)
+    update = getattr(value, "update", None)  # langgraph.types.Command
+    return _tool_messages(update, depth + 1) if update is not None and not callable(update) else []
 
 
 def _subgraph_path(checkpoint_ns: str) -> str:

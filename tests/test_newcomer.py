@@ -272,3 +272,49 @@ def test_the_reference_policy_checks_the_plumbing_on_the_users_own_domain(projec
     assert json.loads(done.stdout.strip().splitlines()[-1])["all"]["avg@1"] == 1.0
     done = run("permits.env:make_misread_env")  # the checker bug shows as a reference that scores 0
     assert "NOT OK" in done.stderr and "the reference solution scored below 1.0 on" in done.stderr, done.stderr[-800:]
+
+
+def test_every_tool_call_inside_a_subgraph_gets_its_observation():
+    """A supervisor node awaits a compiled create_agent subgraph and returns only its last message: the tool
+    results (and ToolNode's error for an unknown tool) live only in the subgraph's state, never in the final one."""
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from langgraph_evolver import TrajectoryRecorder
+
+    @tool
+    def get_balance() -> str:
+        """The account balance."""
+        return "230"
+
+    script = [AIMessage("", tool_calls=[{"name": "get_balance", "args": {}, "id": "a"}]),
+              AIMessage("", tool_calls=[{"name": "get_blance", "args": {}, "id": "b"}]), AIMessage("230")]  # fmt: skip
+    worker = create_agent(ScriptedChatModel(script), [get_balance])
+
+    async def supervise(state: MessagesState) -> dict:
+        out = await worker.ainvoke({"messages": state["messages"]})
+        return {"messages": [out["messages"][-1]]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("supervisor", supervise)
+    graph.add_edge(START, "supervisor")
+    graph.add_edge("supervisor", END)
+    recorder = TrajectoryRecorder()
+    import asyncio
+
+    state = asyncio.run(graph.compile().ainvoke({"messages": [("user", "balance?")]}, {"callbacks": [recorder]}))
+    traj = recorder.trajectory(Task(id="t", query="balance?"), final_state=state)
+    first, second = traj.steps[0].observations, traj.steps[1].observations
+    assert [(o.name, o.content, o.is_error) for o in first] == [("get_balance", "230", False)]
+    assert len(second) == 1 and second[0].is_error and "get_blance is not a valid tool" in second[0].content
+
+
+def test_packaged_checkpoints_resolve_from_any_directory(tmp_path, monkeypatch):
+    from trainers.paths import PROJECT_ROOT, resolve_packaged
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_packaged("checkpoints/tiny-policy") == PROJECT_ROOT / "checkpoints" / "tiny-policy"
+    (tmp_path / "checkpoints" / "tiny-policy").mkdir(parents=True)  # a user's own copy here wins
+    assert resolve_packaged("checkpoints/tiny-policy") == Path("checkpoints/tiny-policy")
+    assert resolve_packaged("nowhere/model") == Path("nowhere/model")  # missing: the caller says so

@@ -137,7 +137,9 @@ def _check_model(model_args: Any) -> Path:
     path = model_args.model_name_or_path
     if not path:
         raise ConfigError("No model: set model_name_or_path (e.g. checkpoints/tiny-policy).")
-    local = Path(path)
+    from .paths import resolve_packaged
+
+    local = resolve_packaged(path)
     if local.exists():
         if not (local / "config.json").exists():
             raise ConfigError(f"model_name_or_path={path} has no config.json: pass a save_pretrained directory.")

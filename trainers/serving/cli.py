@@ -66,8 +66,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = make_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from trainers.paths import resolve_packaged
+
     app = create_app(
-        args.model,
+        resolve_packaged(args.model),
         served_model_name=args.served_model_name,
         max_batch_size=args.max_batch_size,
         max_new_tokens_cap=args.max_new_tokens_cap,
