@@ -24,7 +24,8 @@ class ReferencePolicy(BaseChatModel):
     """Answers every task with its reference solution, one call per turn, then its answer.
 
     The task is the running rollout's (``current_rollout()``), else the one whose query is the first user
-    message. The answer is ``task.metadata["answer"]``, else the last tool result. ``trainers.evaluate
+    message. The answer is ``task.metadata["answer"]`` (``"Done."`` when it is empty), else, for a task
+    with no ``answer`` key, the last tool result. ``trainers.evaluate
     --reference_policy`` plays it through a user's own graph to check the plumbing: on a correct setup every
     task scores 1.0 and every call is captured with its observation.
     """
@@ -59,8 +60,9 @@ class ReferencePolicy(BaseChatModel):
             call = ref[turn]
             args = call.arguments if isinstance(call.arguments, dict) else {}
             return AIMessage("", tool_calls=[{"name": call.name, "args": dict(args), "id": f"call_{turn}"}])
-        answer = task.metadata.get("answer")
-        if answer is None:
+        if "answer" in task.metadata:  # the sandbox's tasks: None for a write task
+            answer = task.metadata["answer"] or "Done."
+        else:  # a task that says nothing of its answer: the last result read is the best guess
             results = [m for m in messages if isinstance(m, ToolMessage)]
             answer = results[-1].text if results else "Done."
         return AIMessage(str(answer))
