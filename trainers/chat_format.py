@@ -80,8 +80,22 @@ class ParsedOutput:
     """Why the ``<tool_call>`` blocks could not be parsed, when they could not."""
 
 
+def _call(obj: Any) -> dict[str, Any] | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    return {
+        "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
+        "type": "function",
+        "function": {"name": obj["name"], "arguments": json.dumps(obj.get("arguments", {}), ensure_ascii=False)},
+    }
+
+
 def parse_tool_calls(text: str) -> ParsedOutput:
-    """Split a completion into content and OpenAI-format tool calls (hermes contract)."""
+    """Split a completion into content and OpenAI-format tool calls (hermes contract).
+
+    A block holds one call (``{"name": ..., "arguments": {...}}``, Hermes/Qwen) or a JSON list of
+    them (``[{...}, {...}]``, SmolLM2's function-calling form); an empty list is no call.
+    """
     start = text.find("<tool_call>")
     if start < 0:
         return ParsedOutput(content=text, tool_calls=[])
@@ -92,18 +106,14 @@ def parse_tool_calls(text: str) -> ParsedOutput:
             obj = json.loads(body)
         except json.JSONDecodeError as e:
             return ParsedOutput(content=text, tool_calls=[], parse_error=f"tool call is not valid JSON ({e.msg})")
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        parsed = [_call(o) for o in (obj if isinstance(obj, list) else [obj])]
+        if None in parsed:
             return ParsedOutput(
                 content=text, tool_calls=[], parse_error='tool call needs {"name": str, "arguments": {}}'
             )
-        args = obj.get("arguments", {})
-        calls.append(
-            {
-                "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
-                "type": "function",
-                "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
-            }
-        )
+        calls += [c for c in parsed if c is not None]
+    if not calls:  # only empty lists: the model says it calls nothing; its text is the answer
+        return ParsedOutput(content=_BLOCK.sub("", text).strip() or None, tool_calls=[])
     content = text[:start] or None
     return ParsedOutput(content=content, tool_calls=calls)
 

@@ -234,6 +234,14 @@ class EvolverGRPOConfig(GRPOConfig):
             "environment down) are left out of their group and counted."
         },  # fmt: skip
     )
+    allow_template_without_tools: bool = field(
+        default=False,
+        metadata={
+            "help": "Train a model whose chat template drops the tools it is given (a warning instead of the error). "
+            "Such a model never sees its tools, so it can only guess calls: install a tool template instead "
+            "(`python -m trainers.models template <dir> --name list`)."
+        },  # fmt: skip
+    )
     max_failed_rollout_share: float = field(
         default=0.5,
         metadata={

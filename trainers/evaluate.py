@@ -459,9 +459,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             served = check_endpoint(base_url, model)
             model = model or served[0]
         else:
-            from .paths import resolve_packaged
+            from .models import resolve_model
 
-            server = PolicyServerProcess(resolve_packaged(args.model_path), log_path=out / "policy_server.log")
+            server = PolicyServerProcess(resolve_model(args.model_path), log_path=out / "policy_server.log")
             out.mkdir(parents=True, exist_ok=True)
             print(f"starting the policy server on {args.model_path} …", file=sys.stderr)
             server.start()

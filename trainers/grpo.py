@@ -137,9 +137,12 @@ def _check_model(model_args: Any) -> Path:
     path = model_args.model_name_or_path
     if not path:
         raise ConfigError("No model: set model_name_or_path (e.g. checkpoints/tiny-policy).")
-    from .paths import resolve_packaged
+    from .models import ModelUnavailable, resolve_model
 
-    local = resolve_packaged(path)
+    try:
+        local = resolve_model(path)
+    except ModelUnavailable as e:
+        raise ConfigError(f"model_name_or_path={path}: {e}") from e
     if local.exists():
         if not (local / "config.json").exists():
             raise ConfigError(f"model_name_or_path={path} has no config.json: pass a save_pretrained directory.")
@@ -148,6 +151,24 @@ def _check_model(model_args: Any) -> Path:
         raise ConfigError(f"model_name_or_path={path} is not a local directory and HF_HUB_OFFLINE=1: download it "
                           "first or pass a local path.")  # fmt: skip
     return local
+
+
+def _check_template(model_path: Path, cfg: Any) -> None:
+    """Refuse (or with allow_template_without_tools, warn about) a chat template that drops the tools."""
+    if not (model_path / "tokenizer_config.json").exists():
+        return  # a hub id: its tokenizer is checked when the trainer loads it
+    from transformers import AutoTokenizer
+
+    from .tool_templates import TemplateDropsTools, check_renders_tools
+
+    try:
+        check_renders_tools(AutoTokenizer.from_pretrained(str(model_path)), where=f"model_name_or_path={model_path}")
+    except TemplateDropsTools as e:
+        if not cfg.allow_template_without_tools:
+            raise ConfigError(
+                str(e).replace("--allow-template-without-tools", "allow_template_without_tools: true")
+            ) from e
+        print(f"WARNING: {e}", file=sys.stderr)
 
 
 def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]:
@@ -220,6 +241,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     state = PartialState()
     out = Path(cfg.output_dir)
     model_path = _check_model(model_args)
+    _check_template(model_path, cfg)
     if cfg.sync_mode == "lora" and not model_args.use_peft:
         raise ConfigError("sync_mode=lora trains a LoRA adapter and publishes it: set use_peft: true (with lora_r, "
                           "lora_alpha, lora_target_modules), or sync_mode=full (all weights, any device).")  # fmt: skip
@@ -267,7 +289,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     elif state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         server = PolicyServerProcess(model_path, log_path=out / "policy_server.log", threads=cfg.policy_server_threads,
-                                     max_batch_size=cfg.policy_server_max_batch_size)  # fmt: skip
+                                     max_batch_size=cfg.policy_server_max_batch_size,
+                                     extra_args=["--allow-template-without-tools"]
+                                     * cfg.allow_template_without_tools)  # fmt: skip
         print(f"starting the policy server on {model_path} …", file=sys.stderr)
         server.start()
         base_url, base_model = server.base_url, server.model_name

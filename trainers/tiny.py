@@ -244,10 +244,10 @@ def _mistake(env: SandboxEnvironment, call: ToolCall, rng: random.Random, call_i
     ]
 
 
-def _render(messages: list[dict], tools: list[dict], **kw: Any) -> str:
+def _render(messages: list[dict], tools: list[dict], template: str = TINY_CHAT_TEMPLATE, **kw: Any) -> str:
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=TINY_CHAT_TEMPLATE, **kw)
+    rendered, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=template, **kw)
     return rendered[0]
 
 
@@ -310,13 +310,15 @@ def build_model(tokenizer, size: ModelSize = ModelSize(), *, seed: int = 0):
 
 
 def encode_example(tokenizer, messages: list[dict], tools: list[dict]) -> tuple[list[int], list[int]]:
-    """Token ids of the whole chat and labels that are -100 everywhere but assistant turns."""
-    text = _render(messages, tools)
+    """Token ids of the whole chat, rendered with ``tokenizer``'s chat template, and labels that are
+    -100 everywhere but assistant turns (their ``<|im_end|>`` included)."""
+    template = getattr(tokenizer, "chat_template", None) or TINY_CHAT_TEMPLATE
+    text = _render(messages, tools, template)
     spans = []
     for i, m in enumerate(messages):
         if m["role"] == "assistant" and m.get("weight", 1):
-            start = len(_render(messages[:i], tools, add_generation_prompt=True))
-            end = len(_render(messages[: i + 1], tools)) - 1  # keep <|im_end|>, drop the "\n"
+            start = len(_render(messages[:i], tools, template, add_generation_prompt=True))
+            end = len(_render(messages[: i + 1], tools, template)) - 1  # keep <|im_end|>, drop the "\n"
             spans.append((start, end))
     enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
     labels = []

@@ -134,12 +134,15 @@ def create_app(
     prefix_cache_max_tokens: int = 65536,
     kv_spare_columns: int = 64,
     lean_decode: bool = True,
+    allow_template_without_tools: bool = False,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
     The engine and its worker thread live on ``app.state.engine`` / ``app.state.scheduler``
     (``scheduler.stats`` counts batches and requests, ``engine.prefill_stats`` and
     ``engine.prefix_cache.stats`` the prefill tokens saved); the worker stops when the app shuts down.
+    A chat template that drops the tools it is given is refused (``TemplateDropsTools``) unless
+    ``allow_template_without_tools``, which logs a warning instead.
     """
     import torch
 
@@ -156,6 +159,14 @@ def create_app(
         kv_spare_columns=kv_spare_columns,
         lean_decode=lean_decode,
     )
+    from trainers.tool_templates import TemplateDropsTools, check_renders_tools
+
+    try:
+        check_renders_tools(engine.tokenizer, where=f"policy server --model {model_path}")
+    except TemplateDropsTools as e:
+        if not allow_template_without_tools:
+            raise
+        logger.warning("%s Serving it anyway (--allow-template-without-tools): tool calls will be guesses.", e)
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
     token_text = TokenText(engine.tokenizer)
 

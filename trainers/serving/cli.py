@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from .app import create_app
 from .engine import PolicyEngine
@@ -56,20 +57,20 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefix-cache-max-tokens", type=int, default=65536, help="cached tokens at most, least recently used evicted"
     )
+    p.add_argument(
+        "--allow-template-without-tools",
+        action="store_true",
+        help="serve a chat template that drops the tools it is given (warns); by default the server refuses it",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import torch
-    import uvicorn
+def _create(args: argparse.Namespace) -> Any:
+    from trainers.models import resolve_model
 
-    args = make_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from trainers.paths import resolve_packaged
-
-    app = create_app(
-        resolve_packaged(args.model),
+    return create_app(
+        resolve_model(args.model),
         served_model_name=args.served_model_name,
         max_batch_size=args.max_batch_size,
         max_new_tokens_cap=args.max_new_tokens_cap,
@@ -80,7 +81,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         prefix_cache_max_tokens=args.prefix_cache_max_tokens,
         kv_spare_columns=args.kv_spare_columns,
         lean_decode=args.lean_decode,
+        allow_template_without_tools=args.allow_template_without_tools,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import torch
+    import uvicorn
+
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from trainers.tool_templates import TemplateDropsTools
+
+    try:
+        app = _create(args)
+    except TemplateDropsTools as e:
+        raise SystemExit(f"error: {e}") from None
     engine: PolicyEngine = app.state.engine
     logger.info(
         "policy server: model %s served as %r (%.2fM params, max_model_len %d), max batch %d rows, "

@@ -64,6 +64,7 @@ class PolicyServerProcess:
         prefix_caching: bool = True,
         log_path: str | Path | None = None,
         startup_timeout: float = 180.0,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").exists():
@@ -81,6 +82,8 @@ class PolicyServerProcess:
             Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="policy_server_", suffix=".log")[1])
         )
         self.startup_timeout = startup_timeout
+        self.extra_args = list(extra_args or [])
+        """More ``trainers.policy_server`` flags, e.g. ``["--allow-template-without-tools"]``."""
         self._proc: subprocess.Popen | None = None
         self._log: Any = None
 
@@ -102,6 +105,7 @@ class PolicyServerProcess:
             cmd += ["--threads", str(self.threads)]
         if not self.prefix_caching:
             cmd.append("--no-enable-prefix-caching")
+        cmd += self.extra_args
         self._log = self.log_path.open("w")
         self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ})
         deadline = time.monotonic() + self.startup_timeout

