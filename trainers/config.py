@@ -239,7 +239,7 @@ class EvolverGRPOConfig(GRPOConfig):
         metadata={
             "help": "Train a model whose chat template drops the tools it is given (a warning instead of the error). "
             "Such a model never sees its tools, so it can only guess calls: install a tool template instead "
-            "(`python -m trainers.models template <dir> --name list`)."
+            "(`python -m trainers.models template <dir> --name compact`)."
         },  # fmt: skip
     )
     max_failed_rollout_share: float = field(

@@ -126,6 +126,6 @@ def check_renders_tools(tokenizer: Any, *, where: str) -> None:
         raise TemplateDropsTools(
             f"{where}: the chat template drops the tools it is given (a prompt rendered with one tool does not "
             "name it), so the model could never call them. Install a template that renders tools: "
-            "`python -m trainers.models template <checkpoint> --name list` (docs/real-model.md), or pass "
+            "`python -m trainers.models template <checkpoint> --name compact` (docs/real-model.md), or pass "
             "--allow-template-without-tools to serve it anyway."
         )
