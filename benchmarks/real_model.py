@@ -7,7 +7,8 @@ error over tasks, success rate and the share of well-formed tool calls:
 - ``zero_shot``: the fetched model with the installed tool template (``--zero-shot DIR``);
 - ``warm_start``: the warm-start adapter, as evaluated before GRPO by the first ``--grpo`` run;
 - ``grpo``: one entry per ``--grpo RUN`` (its ``eval_after``), with the task-paired gain over its own
-  ``eval_before`` and that gain's standard error, the steps trained and the step time;
+  ``eval_before`` and that gain's standard error, the steps trained and the step time; ``adca`` the
+  same for runs with ``--attribution`` (``--adca RUN``);
 - ``bfcl``: for each of the three, the BFCL multi-turn figures when ``--bfcl-<name> DIR`` is given,
   else ``null`` with the reason in ``bfcl_note``.
 
@@ -69,20 +70,21 @@ def grpo_entry(run: Path) -> dict[str, Any]:
     return entry
 
 
-def plot(result: dict[str, Any], runs: list[Path], png: Path) -> None:
+def plot(result: dict[str, Any], png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    names = ["zero_shot", "warm_start"] + [f"grpo seed {g.get('seed', i)}" for i, g in enumerate(result["grpo"])]
-    values = [result["zero_shot"], result["warm_start"], *result["grpo"]]
+    trained = [("grpo", g) for g in result["grpo"]] + [("adca", g) for g in result.get("adca", [])]
+    names = ["zero_shot", "warm_start"] + [f"{arm} seed {g['seed']}" for arm, g in trained]
+    values = [result["zero_shot"], result["warm_start"], *(g for _, g in trained)]
     left.bar(names, [v["avg"] for v in values], yerr=[v["se"] for v in values], capsize=4, color="tab:blue")
     left.set(ylabel="held-out avg@4 (± SE over tasks)", title="SmolLM2-135M-Instruct, sandbox test split")
     left.tick_params(axis="x", rotation=20)
-    for run, g in zip(runs, result["grpo"], strict=True):
-        right.plot(range(1, len(g["train_reward"]) + 1), g["train_reward"], marker="o", label=run.name)
+    for arm, g in trained:
+        right.plot(range(1, len(g["train_reward"]) + 1), g["train_reward"], marker="o", label=f"{arm} seed {g['seed']}")
     right.set(xlabel="GRPO step", ylabel="mean training reward", title="Training reward per step")
     right.legend(fontsize=8)
     fig.tight_layout()
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--zero-shot", type=Path, required=True)
     p.add_argument("--grpo", type=Path, action="append", required=True, help="a trainers.grpo output directory")
+    p.add_argument("--adca", type=Path, action="append", default=[], help="a run with --attribution (ADCA)")
     for name in ("zero-shot", "warm-start", "grpo"):
         p.add_argument(f"--bfcl-{name}", type=Path, help="a trainers.evaluate --env bfcl output directory")
     p.add_argument("--bfcl-note", default="not run", help="why BFCL figures are missing")
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "zero_shot": figures(args.zero_shot),
         "warm_start": figures(args.grpo[0] / "eval_before"),
         "grpo": [grpo_entry(run) for run in args.grpo],
+        "adca": [grpo_entry(run) for run in args.adca],
     }
     for key, arg in (
         ("zero_shot", args.bfcl_zero_shot),
@@ -121,9 +125,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["command"] = "python -m benchmarks.real_model " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.grpo, args.out.with_suffix(".png"))
-    print(json.dumps({k: result[k] for k in ("zero_shot", "warm_start")} | {"grpo": [
-        {k: g[k] for k in ("avg", "se", "gain", "gain_se", "steps")} for g in result["grpo"]]}))  # fmt: skip
+    plot(result, args.out.with_suffix(".png"))
+    keys = ("avg", "se", "gain", "gain_se", "steps")
+    arms = {arm: [{k: g[k] for k in keys} for g in result[arm]] for arm in ("grpo", "adca")}
+    print(json.dumps({k: result[k] for k in ("zero_shot", "warm_start")} | arms))
     return result
 
 

@@ -93,10 +93,11 @@ def test_train_with_attribution(tmp_path, capsys):
     figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "1", *SMALL,
                    "--eval_before", "false", "--eval_after", "false", "--save_strategy", "no",
                    "--attribution", '{"alpha": 0.2, "judge": "reference"}',
-                   "--max_tokens_per_microbatch", "1500"])  # fmt: skip
+                   "--max_tokens_per_microbatch", "400"])  # fmt: skip
     assert figures["steps"] == 1
     row = _metrics(out)[0]
-    # a token budget: the 2 micro-batches run as sub-batches (as many on every rank), gradients accumulated
+    # a token budget: the 2 micro-batches run as sub-batches (as many on every rank), gradients accumulated; 400
+    # tokens is one or two rows of this policy, so a step with any trained rows splits (1,500 did not always)
     assert row["samples/forward_passes"] > 2 and row["grad_norm"] > 0
     assert row["adca/alpha"] == pytest.approx(0.2)
     assert row["attribution/fallbacks"] == 0 and row["attribution/latency_s"] >= 0
