@@ -274,9 +274,9 @@ def vs_generate(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"round {round_} {who} at {c}: {rate:.1f} tokens/s", file=sys.stderr)
     figures: dict[str, Any] = {"model": str(args.model), "max_tokens": args.max_tokens, "rounds": args.rounds,
                                "threads": args.threads,
-                               "prompt_tokens_mean": round(sum(len(tokenizer.apply_chat_template(
-                                   it["messages"], tools=it["tools"], add_generation_prompt=True)) for it in items)
-                                   / len(items), 1)}  # fmt: skip
+                               "prompt_tokens_mean": round(sum(len(tokenizer(tokenizer.apply_chat_template(
+                                   it["messages"], tools=it["tools"], add_generation_prompt=True, tokenize=False),
+                                   add_special_tokens=False).input_ids) for it in items) / len(items), 1)}  # fmt: skip
     for c in levels:
         server, generate = max(rates[f"server_c{c}"]), max(rates[f"generate_c{c}"])
         figures[f"server_tokens_per_s_c{c}"] = round(server, 1)
