@@ -28,73 +28,65 @@ __all__ = ["TEMPLATES", "TemplateDropsTools", "check_renders_tools"]
 # A user turn or a tool turn; tool results carry their content as is.
 _PLAIN_TURN = "{{ '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}"
 
-_HERMES = (
-    "{%- set ns = namespace(start=0) -%}"
-    "{%- if tools -%}"
-    "{{ '<|im_start|>system\\n' }}"
-    "{%- if messages and messages[0].role == 'system' -%}{{ messages[0].content + '\\n\\n' }}{%- set ns.start = 1 -%}"
-    "{%- endif -%}"
-    "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}"
-    "{{ 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{%- for tool in tools -%}{{ '\\n' + (tool | tojson) }}{%- endfor -%}"
-    "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within '"
+
+def _json_tools_template(*, intro: str, outro: str, calls: str, tool_turn: str = "") -> str:
+    """A ChatML template whose system turn holds ``intro``, the tools' JSON schemas one per line and
+    ``outro`` (Jinja expressions); an assistant turn is its content then ``calls``; ``tool_turn`` is an
+    ``elif`` branch for other roles, before the plain turn every other message gets."""
+    return (
+        "{%- set ns = namespace(start=0) -%}"
+        "{%- if tools -%}"
+        "{{ '<|im_start|>system\\n' }}"
+        "{%- if messages and messages[0].role == 'system' -%}{{ messages[0].content + '\\n\\n' }}"
+        "{%- set ns.start = 1 -%}"
+        "{%- endif -%}" + intro + "{%- for tool in tools -%}{{ '\\n' + (tool | tojson) }}{%- endfor -%}" + outro +
+        "{%- elif messages and messages[0].role == 'system' -%}"
+        "{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- set ns.start = 1 -%}"
+        "{%- endif -%}"
+        "{%- for message in messages[ns.start:] -%}"
+        "{%- if message.role == 'assistant' -%}"
+        "{{ '<|im_start|>assistant\\n' }}{%- if message.content -%}{{ message.content }}{%- endif -%}"
+        + calls + "{{ '<|im_end|>\\n' }}" + tool_turn + "{%- else -%}" + _PLAIN_TURN + "{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+    )  # fmt: skip
+
+
+# A call's arguments: a JSON string as is, an object as JSON.
+_ARGUMENTS = "{%- if f.arguments is string -%}{{ f.arguments }}{%- else -%}{{ f.arguments | tojson }}{%- endif -%}"
+
+_HERMES = _json_tools_template(
+    intro="{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}"
+    "{{ 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}",
+    outro="{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within '"
     ' + \'<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": \''
-    " + '<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif messages and messages[0].role == 'system' -%}"
-    "{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- set ns.start = 1 -%}"
-    "{%- endif -%}"
-    "{%- for message in messages[ns.start:] -%}"
-    "{%- if message.role == 'assistant' -%}"
-    "{{ '<|im_start|>assistant\\n' }}{%- if message.content -%}{{ message.content }}{%- endif -%}"
-    "{%- for tc in (message.tool_calls or []) -%}"
+    " + '<args-json-object>}\\n</tool_call><|im_end|>\\n' }}",
+    calls="{%- for tc in (message.tool_calls or []) -%}"
     "{%- set f = tc.function if tc.function is defined else tc -%}"
     "{%- if message.content or not loop.first -%}{{ '\\n' }}{%- endif -%}"
-    '{{ \'<tool_call>\\n{"name": "\' + f.name + \'", "arguments": \' }}'
-    "{%- if f.arguments is string -%}{{ f.arguments }}{%- else -%}{{ f.arguments | tojson }}{%- endif -%}"
-    "{{ '}\\n</tool_call>' }}"
-    "{%- endfor -%}"
-    "{{ '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' -%}"
+    '{{ \'<tool_call>\\n{"name": "\' + f.name + \'", "arguments": \' }}' + _ARGUMENTS + "{{ '}\\n</tool_call>' }}"
+    "{%- endfor -%}",
+    tool_turn="{%- elif message.role == 'tool' -%}"
     "{%- if loop.first or messages[ns.start + loop.index0 - 1].role != 'tool' -%}{{ '<|im_start|>user' }}{%- endif -%}"
     "{{ '\\n<tool_response>\\n' + (message.content or '') + '\\n</tool_response>' }}"
-    "{%- if loop.last or messages[ns.start + loop.index0 + 1].role != 'tool' -%}{{ '<|im_end|>\\n' }}{%- endif -%}"
-    "{%- else -%}" + _PLAIN_TURN + "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+    "{%- if loop.last or messages[ns.start + loop.index0 + 1].role != 'tool' -%}{{ '<|im_end|>\\n' }}{%- endif -%}",
 )
 
-_LIST = (
-    "{%- set ns = namespace(start=0) -%}"
-    "{%- if tools -%}"
-    "{{ '<|im_start|>system\\n' }}"
-    "{%- if messages and messages[0].role == 'system' -%}{{ messages[0].content + '\\n\\n' }}{%- set ns.start = 1 -%}"
-    "{%- endif -%}"
-    "{{ 'You are an expert in composing functions. You are given a question and a set of possible functions. '"
+_LIST = _json_tools_template(
+    intro="{{ 'You are an expert in composing functions. You are given a question and a set of possible functions. '"
     " + 'Based on the question, you will need to make one or more function/tool calls to achieve the purpose. '"
     " + 'When the question is answered, reply in plain text without a tool call.\\n\\n'"
-    " + 'You have access to the following tools:\\n<tools>' }}"
-    "{%- for tool in tools -%}{{ '\\n' + (tool | tojson) }}{%- endfor -%}"
-    "{{ '\\n</tools>\\n\\nThe output MUST strictly adhere to the following format, and NO other text MUST be '"
+    " + 'You have access to the following tools:\\n<tools>' }}",
+    outro="{{ '\\n</tools>\\n\\nThe output MUST strictly adhere to the following format, and NO other text MUST be '"
     ' + \'included.\\n<tool_call>[\\n{"name": "func_name1", "arguments": {"argument1": "value1", \''
-    ' + \'"argument2": "value2"}},\\n... (more tool calls as required)\\n]</tool_call><|im_end|>\\n\' }}'
-    "{%- elif messages and messages[0].role == 'system' -%}"
-    "{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- set ns.start = 1 -%}"
-    "{%- endif -%}"
-    "{%- for message in messages[ns.start:] -%}"
-    "{%- if message.role == 'assistant' -%}"
-    "{{ '<|im_start|>assistant\\n' }}{%- if message.content -%}{{ message.content }}{%- endif -%}"
-    "{%- if message.tool_calls -%}{{ '<tool_call>[' }}"
+    ' + \'"argument2": "value2"}},\\n... (more tool calls as required)\\n]</tool_call><|im_end|>\\n\' }}',
+    calls="{%- if message.tool_calls -%}{{ '<tool_call>[' }}"
     "{%- for tc in message.tool_calls -%}"
     "{%- set f = tc.function if tc.function is defined else tc -%}"
-    '{{ \'{"name": "\' + f.name + \'", "arguments": \' }}'
-    "{%- if f.arguments is string -%}{{ f.arguments }}{%- else -%}{{ f.arguments | tojson }}{%- endif -%}"
-    "{{ '}' }}{%- if not loop.last -%}{{ ', ' }}{%- endif -%}"
+    '{{ \'{"name": "\' + f.name + \'", "arguments": \' }}' + _ARGUMENTS + "{{ '}' }}"
+    "{%- if not loop.last -%}{{ ', ' }}{%- endif -%}"
     "{%- endfor -%}"
-    "{{ ']</tool_call>' }}{%- endif -%}"
-    "{{ '<|im_end|>\\n' }}"
-    "{%- else -%}" + _PLAIN_TURN + "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+    "{{ ']</tool_call>' }}{%- endif -%}",
 )
 
 TEMPLATES: dict[str, str] = {"compact": TINY_CHAT_TEMPLATE, "hermes": _HERMES, "list": _LIST}
