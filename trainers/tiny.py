@@ -59,6 +59,7 @@ from .chat_format import EOS_TOKEN, PAD_TOKEN, TINY_CHAT_TEMPLATE, parse_tool_ca
 
 __all__ = [
     "ModelSize",
+    "apply_reply",
     "build_model",
     "build_tokenizer",
     "reference_conversation",
@@ -333,12 +334,42 @@ def build_tiny_tokenizer(n_texts: int = 3000, vocab_size: int = 700):
     return build_tokenizer(texts, vocab_size=vocab_size)
 
 
+def apply_reply(episode: dict[str, Any], text: str, feedback: str) -> None:
+    """Apply one policy reply to ``episode`` (keys ``env``, ``messages``, ``calls``, ``parsed``, ``done``)
+    by the agent graph's rules: an unparseable call gets the ``feedback`` user turn and the episode goes
+    on, a reply without a call is the answer and ends it, calls are stepped and their results appended.
+    ``calls`` counts call attempts, ``parsed`` those whose arguments all decoded to objects."""
+    parsed = parse_tool_calls(text)
+    if parsed.parse_error is not None:
+        episode["calls"] += 1
+        episode["messages"] += [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
+        return
+    if not parsed.tool_calls:
+        episode["env"].step(Action(content=text))
+        episode["done"] = True
+        return
+    episode["calls"] += 1
+    calls, ok = [], True
+    for c in parsed.tool_calls:
+        args = json.loads(c["function"]["arguments"])
+        if not isinstance(args, dict):  # the graph turns these into invalid tool calls
+            ok, args = False, c["function"]["arguments"]
+        calls.append(ToolCall(name=c["function"]["name"], arguments=args, id=c["id"]))
+    episode["parsed"] += ok
+    result = episode["env"].step(Action(tool_calls=tuple(calls), content=parsed.content))
+    episode["messages"].append({"role": "assistant", "content": parsed.content or "", "tool_calls": parsed.tool_calls})
+    for o in result.observations:
+        episode["messages"].append({"role": "tool", "tool_call_id": o.call_id, "content": o.content})
+    if result.done:
+        episode["done"] = True
+
+
 def rollout_in_process(
     model, tokenizer, task: Task, *, temperature: float = 1.0, max_turns: int = 10, navigator: Any = None
 ) -> dict[str, Any]:
-    """Run ``task`` with ``model`` directly (no server), by the agent graph's rules: an unparseable
-    call gets the same feedback turn and the episode goes on. Used to pick the warm-start checkpoint.
-    With ``navigator``, the rollout is guided: the retrieved block is in the system message.
+    """Run ``task`` with ``model`` directly (no server), by the agent graph's rules (``apply_reply``).
+    Used to pick the warm-start checkpoint. With ``navigator``, the rollout is guided: the retrieved
+    block is in the system message.
     """
     import torch
 
@@ -346,12 +377,14 @@ def rollout_in_process(
 
     env = SandboxEnvironment()
     obs = env.reset(task)
-    messages, attempts, well_formed = list(obs.messages), 0, 0
+    episode: dict[str, Any] = {"env": env, "messages": list(obs.messages), "calls": 0, "parsed": 0, "done": False}
     if navigator is not None:
-        messages = with_experience(messages, navigator.block_for(task, obs))
+        episode["messages"] = with_experience(episode["messages"], navigator.block_for(task, obs))
     limit = model.config.max_position_embeddings - 96
     for _ in range(max_turns):
-        prompt = tokenizer.apply_chat_template(messages, tools=obs.tools, add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer.apply_chat_template(
+            episode["messages"], tools=obs.tools, add_generation_prompt=True, tokenize=False
+        )
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
         if ids.shape[1] > limit:
             break
@@ -365,27 +398,11 @@ def rollout_in_process(
                 top_p=1.0 if temperature > 0 else None,
             )
         text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False).replace(EOS_TOKEN, "")
-        parsed = parse_tool_calls(text)
-        if parsed.parse_error is not None:
-            attempts += 1
-            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": PARSE_ERROR_FEEDBACK}]
-            continue
-        if not parsed.tool_calls:
-            env.step(Action(content=text))
+        apply_reply(episode, text, PARSE_ERROR_FEEDBACK)
+        if episode["done"]:
             break
-        attempts += 1
-        calls, ok = [], True
-        for c in parsed.tool_calls:
-            args = json.loads(c["function"]["arguments"])
-            if not isinstance(args, dict):  # the graph turns these into invalid tool calls
-                ok, args = False, c["function"]["arguments"]
-            calls.append(ToolCall(name=c["function"]["name"], arguments=args, id=c["id"]))
-        well_formed += ok
-        result = env.step(Action(tool_calls=tuple(calls), content=parsed.content))
-        messages.append({"role": "assistant", "content": parsed.content or "", "tool_calls": parsed.tool_calls})
-        for o in result.observations:
-            messages.append({"role": "tool", "tool_call_id": o.call_id, "content": o.content})
-    return {"score": env.evaluate(), "calls": attempts, "parsed": well_formed, "level": task.metadata["level"]}
+    return {"score": env.evaluate(), "calls": episode["calls"], "parsed": episode["parsed"],
+            "level": task.metadata["level"]}  # fmt: skip
 
 
 def evaluate_in_process(

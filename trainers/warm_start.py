@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from env_tools.sandbox import SandboxEnvironment, generate_tasks
-from langgraph_evolver.types import Action, Task, ToolCall
+from langgraph_evolver.types import Task
 
-from .chat_format import parse_tool_calls
-from .tiny import VALIDATION_START, _batches, encode_example, reference_conversation
+from .tiny import VALIDATION_START, _batches, apply_reply, encode_example, reference_conversation
 
 __all__ = ["batched_rollouts", "summarize_rollouts", "warm_start"]
 
@@ -79,7 +78,7 @@ def batched_rollouts(model: Any, tokenizer: Any, tasks: list[Task], *, temperatu
                                          top_p=1.0 if sampled else None,
                                          pad_token_id=tokenizer.pad_token_id)  # fmt: skip
                 for s, row in zip(chunk, out, strict=True):
-                    _step(
+                    apply_reply(
                         s,
                         tokenizer.decode(row[enc.input_ids.shape[1] :], skip_special_tokens=True),
                         PARSE_ERROR_FEEDBACK,
@@ -88,32 +87,6 @@ def batched_rollouts(model: Any, tokenizer: Any, tasks: list[Task], *, temperatu
         tokenizer.padding_side = pad_side
     return [{"score": s["env"].evaluate(), "calls": s["calls"], "parsed": s["parsed"], "level": s["level"]}
             for s in states]  # fmt: skip
-
-
-def _step(state: dict[str, Any], text: str, feedback: str) -> None:
-    parsed = parse_tool_calls(text)
-    if parsed.parse_error is not None:
-        state["calls"] += 1
-        state["messages"] += [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
-        return
-    if not parsed.tool_calls:
-        state["env"].step(Action(content=text))
-        state["done"] = True
-        return
-    state["calls"] += 1
-    calls, ok = [], True
-    for c in parsed.tool_calls:
-        args = json.loads(c["function"]["arguments"])
-        if not isinstance(args, dict):
-            ok, args = False, c["function"]["arguments"]
-        calls.append(ToolCall(name=c["function"]["name"], arguments=args, id=c["id"]))
-    state["parsed"] += ok
-    result = state["env"].step(Action(tool_calls=tuple(calls), content=parsed.content))
-    state["messages"].append({"role": "assistant", "content": parsed.content or "", "tool_calls": parsed.tool_calls})
-    for o in result.observations:
-        state["messages"].append({"role": "tool", "tool_call_id": o.call_id, "content": o.content})
-    if result.done:
-        state["done"] = True
 
 
 def summarize_rollouts(results: list[dict[str, Any]]) -> dict[str, float]:
@@ -166,7 +139,8 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))  # fmt: skip
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-        model.enable_input_require_grads() if not args.full else None
+        if not args.full:  # frozen embeddings: the checkpointed blocks' inputs must carry gradients for LoRA
+            model.enable_input_require_grads()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     tasks = [t for i, t in enumerate(generate_tasks("train", args.examples))
              if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0]  # fmt: skip
