@@ -76,7 +76,7 @@ def measure(model: Any, tokenizer: Any, template: str, items: list[dict[str, Any
         for b in range(0, len(items), batch_size):
             batch = prompts[b : b + batch_size]
             enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
-            lengths += enc.attention_mask.sum(1).tolist() if seed in (None,) else []
+            lengths += enc.attention_mask.sum(1).tolist() if seed is None else []
             if seed is not None:
                 torch.manual_seed(1000 * seed + b)
             sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if seed is not None else {}

@@ -194,7 +194,13 @@ def fetch(name: str, cache_dir: str | Path | None = None, *, force: bool = False
     tokenizer.pad_token = src.pad_token
     tokenizer.padding_side = "left"
     tokenizer.chat_template = TEMPLATES[src.template]
-    staging = root / f".{src.name}.partial"
+    return _save_checkpoint(root / src.name, model, tokenizer, _marker(src))
+
+
+def _save_checkpoint(target: Path, model: Any, tokenizer: Any, marker: dict[str, Any]) -> Path:
+    """Save ``model`` and ``tokenizer`` to ``target`` with the ``MARKER`` file, written beside it first and
+    renamed into place, so an interrupted build never leaves a directory that looks finished."""
+    staging = target.with_name(f".{target.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     model.save_pretrained(staging, safe_serialization=True)
@@ -203,8 +209,7 @@ def fetch(name: str, cache_dir: str | Path | None = None, *, force: bool = False
     if "quantization_config" in saved:  # a later save_pretrained of a fine-tuned copy would refuse
         del saved["quantization_config"]
         (staging / "config.json").write_text(json.dumps(saved, indent=2))
-    (staging / MARKER).write_text(json.dumps(_marker(src), indent=2))
-    target = root / src.name
+    (staging / MARKER).write_text(json.dumps(marker, indent=2))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
@@ -243,14 +248,7 @@ def merged_adapter(adapter_dir: str | Path, *, log: Any = print) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(adapter_dir if has_tokenizer else base)
     if not has_tokenizer and (adapter_dir / "chat_template.jinja").exists():  # the template trained with
         tokenizer.chat_template = (adapter_dir / "chat_template.jinja").read_text()
-    staging = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging, safe_serialization=True)
-    tokenizer.save_pretrained(staging)
-    (staging / MARKER).write_text(json.dumps({"adapter": str(adapter_dir.resolve()), "base": str(base_ref)}, indent=2))
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return target
+    return _save_checkpoint(target, model, tokenizer, {"adapter": str(adapter_dir.resolve()), "base": str(base_ref)})
 
 
 def resolve_model(path: str | Path) -> Path:
