@@ -38,7 +38,7 @@ _EXIT_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from env_tools.sandbox import seed_tasks
     from graphs.agent import create_agent_graph
-    from langgraph_evolver.rollout import run_rollouts
+    from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.testing import ReferencePolicy
 
     if sys.argv[2] == "ours":
@@ -80,9 +80,9 @@ def trace_sizes(out: Path) -> dict[str, object]:
 
     from env_tools.sandbox import seed_tasks
     from graphs.agent import create_agent_graph
+    from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.chat_model import PolicyChatModel
     from langgraph_evolver.langsmith_tracing import annotate_rollouts
-    from langgraph_evolver.rollout import run_rollouts
     from langgraph_evolver.tracing import JsonlTracer, TraceLimits
     from trainers.policy_server import create_app, serve_in_background
 

@@ -422,7 +422,7 @@ def main() -> None:
     args.steps = args.steps or (15 if args.quick else config_max_steps(args.config))
     args.eval_every = args.eval_every or (5 if args.quick else 10)
     os.chdir(ROOT)  # the config's relative paths (the model) are relative to the repository
-    from env_tools.base import load_environment
+    from langgraph_evolver.environment import load_environment
     from trainers.evaluate import config_defaults
     from trainers.serving import PolicyServerProcess
 

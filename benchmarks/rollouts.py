@@ -72,7 +72,7 @@ def unique_tasks(n: int):
 
 async def _rollouts(tasks, env_factory=None) -> tuple[float, int, float]:
     from graphs.agent import create_agent_graph
-    from langgraph_evolver.rollout import arun_rollouts
+    from langgraph_evolver.batch import arun_rollouts
     from langgraph_evolver.testing import ReferencePolicy
 
     graph = create_agent_graph(ReferencePolicy(tasks))
@@ -108,7 +108,7 @@ def _dropin_agent():
 
 
 async def _dropin_rollouts(agent, tasks, capture: bool) -> tuple[float, int, float]:
-    from langgraph_evolver.rollout import arun_rollouts
+    from langgraph_evolver.batch import arun_rollouts
     from langgraph_evolver.testing import ReferencePolicy
 
     policy = ReferencePolicy(tasks, metadata={"evolver_policy": True})

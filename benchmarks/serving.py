@@ -158,8 +158,8 @@ def _without_call_ids(value: Any) -> Any:
 async def _rollouts(tasks: list, base_url: str, k: int) -> list:
     """The demo's rollouts (``evaluate_endpoint``'s agent and settings) with seeded requests."""
     from graphs.agent import reference_agent
+    from langgraph_evolver.batch import arun_rollouts
     from langgraph_evolver.chat_model import PolicyChatModel
-    from langgraph_evolver.rollout import arun_rollouts
 
     limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
     async with httpx.AsyncClient(transport=_SeedingTransport(), timeout=600, limits=limits) as client:

@@ -47,7 +47,7 @@ def long_horizon_policy(tokenizer: Any) -> Any:
     """A scripted policy that makes ``LONG_TURNS`` lookups (thinking first), then answers; token ids
     from the tiny policy's chat template. Calls are counted per rollout: a windowed prompt no longer
     shows how many there were."""
-    from langgraph_evolver.dropin import current_rollout
+    from langgraph_evolver.environment_tools import current_rollout
     from trainers.scripted import TokenizedScriptedModel
 
     calls: dict[int, int] = {}
@@ -96,7 +96,7 @@ def bench_long_horizon(n_tasks: int) -> dict[str, dict[str, float]]:
 
     from env_tools.sandbox import seed_tasks
     from graphs.agent import reference_agent
-    from langgraph_evolver.rollout import run_rollouts
+    from langgraph_evolver.batch import run_rollouts
 
     tokenizer = AutoTokenizer.from_pretrained(ROOT / "checkpoints" / "tiny-policy")
     tasks = seed_tasks("test")[:n_tasks]

@@ -60,7 +60,7 @@ PENALTY = 0.1  # malformed_call_penalty (the default)
 
 
 def record(model_path: str, n_tasks: int, k: int) -> list[Trajectory]:
-    from env_tools.base import load_environment
+    from langgraph_evolver.environment import load_environment
     from trainers.evaluate import evaluate_endpoint
     from trainers.serving import PolicyServerProcess
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_tools.base import Environment
+from langgraph_evolver.environment import Environment
 
 __all__ = ["InstanceTable", "ServiceError", "error_body"]
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from env_tools.base import Environment
+from langgraph_evolver.environment import Environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task
 

@@ -51,7 +51,7 @@ closes that loop. ``close()`` also calls ``state.close()`` when the state has on
 
 Example:
     >>> from langchain_core.tools import tool
-    >>> from env_tools.base import load_environment, register_environment
+    >>> from langgraph_evolver.environment import load_environment, register_environment
     >>> from env_tools.langchain_tools import ToolsEnvironment
     >>> from langgraph_evolver.types import Action, Task, ToolCall
     >>> def counter_tools(task):
@@ -97,7 +97,7 @@ from pydantic import ValidationError
 from pydantic.v1 import ValidationError as ValidationErrorV1
 
 from env_tools._checks import answer_matches
-from env_tools.base import Environment, register_environment
+from langgraph_evolver.environment import Environment, register_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
 

@@ -46,7 +46,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from env_tools._instances import InstanceTable, ServiceError, error_body
 from env_tools._middleware import BearerAuthMiddleware, BodyLimitMiddleware
-from env_tools.base import Environment, load_environment
+from langgraph_evolver.environment import Environment, load_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Task
 

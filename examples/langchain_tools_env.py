@@ -24,8 +24,8 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from env_tools.base import Environment, load_environment
 from env_tools.langchain_tools import register_tools_environment
+from langgraph_evolver.environment import Environment, load_environment
 from langgraph_evolver.types import Action, Task, ToolCall
 
 PRIORITIES = {1: "high", 2: "normal", 3: "low"}

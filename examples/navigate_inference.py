@@ -45,7 +45,7 @@ VALIDATION_START = 200_000  # training-split tasks from here on: the validation 
 
 
 async def rollouts(agent, tasks, *, policy, k, navigator=None, guided=False, progress=""):
-    from langgraph_evolver.rollout import arun_rollouts
+    from langgraph_evolver.batch import arun_rollouts
 
     return await arun_rollouts(agent, tasks, n=k, policy=policy, navigator=navigator,
                                guided=[guided] * (len(tasks) * k), max_turns=10, progress=progress)  # fmt: skip
@@ -95,7 +95,7 @@ async def main_async(args: argparse.Namespace, base_url: str, model: str) -> dic
     from env_tools.sandbox import generate_tasks, seed_tasks
     from graphs.agent import reference_agent
     from langgraph_evolver import PolicyChatModel
-    from langgraph_evolver.dropin import as_agent
+    from langgraph_evolver.agent_spec import as_agent
     from langgraph_evolver.experience import FaissExperiencePool, Navigator, default_embeddings, extract_experiences
 
     agent = as_agent(args.agent) if args.agent else reference_agent()

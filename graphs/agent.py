@@ -35,7 +35,6 @@ names modules to import first, so custom environments are registered. Example:
 from __future__ import annotations
 
 import functools
-import importlib
 import operator
 import os
 from collections.abc import Sequence
@@ -47,14 +46,16 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
-from env_tools.base import list_environments, load_environment
+from langgraph_evolver.agent_spec import AgentSpec, as_agent
 from langgraph_evolver.capture import MALFORMED_MARKER, calls_of, message_text
 from langgraph_evolver.chat_model import PolicyChatModel
 from langgraph_evolver.context import ContextTemplate, SelfManagingTemplate, amanage_context, get_context_template
-from langgraph_evolver.dropin import AgentSpec, EnvironmentTool, as_agent, current_rollout
-from langgraph_evolver.episode import create_episode_graph
+from langgraph_evolver.environment import list_environments, load_environment
+from langgraph_evolver.environment_tools import EnvironmentTool, current_rollout
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.experience.navigate import inject_experience
+from langgraph_evolver.loading import import_modules
+from langgraph_evolver.served_graph import create_episode_graph
 from langgraph_evolver.tracing import trace_tool_calls
 from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
@@ -279,8 +280,7 @@ def find_task(task_id: str, env: str | None = None) -> Task:
 
 
 def _served_graph():  # what `langgraph dev` serves as `agent`
-    for module in filter(None, (m.strip() for m in os.environ.get("EVOLVER_ENV_MODULES", "").split(","))):
-        importlib.import_module(module)
+    import_modules(os.environ.get("EVOLVER_ENV_MODULES", ""))
     policy = PolicyChatModel(
         base_url=os.environ.get("EVOLVER_POLICY_BASE_URL", "http://127.0.0.1:8000/v1"),
         model=os.environ.get("EVOLVER_POLICY_MODEL", "tiny-policy"),

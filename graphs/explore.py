@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import os
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from env_tools.base import load_environment
+from langgraph_evolver.environment import load_environment
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.loading import import_modules
 from langgraph_evolver.questioning import (
     DuplicateIndex,
     LLMSynthesizer,
@@ -143,8 +143,7 @@ def create_explore_graph(
 
 
 def _served_graph():  # what `langgraph dev` serves as `explore`
-    for module in filter(None, (m.strip() for m in os.environ.get("EVOLVER_ENV_MODULES", "").split(","))):
-        importlib.import_module(module)
+    import_modules(os.environ.get("EVOLVER_ENV_MODULES", ""))
     explorer: Any = None
     if os.environ.get("EVOLVER_EXPLORER", "schema") == "policy":
         from langgraph_evolver.chat_model import PolicyChatModel

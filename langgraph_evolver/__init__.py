@@ -6,6 +6,7 @@ extras in ``trainers/`` and ``env_tools/server.py``).
 """
 
 from .advantages import ADCAAdvantages, GroupAdvantages, adca_advantages, adca_alpha, group_advantages
+from .agent_spec import AgentSpec, as_agent
 from .attribution import (
     Attribution,
     Judge,
@@ -23,10 +24,12 @@ from .attribution import (
     make_judge,
     summarize_attributions,
 )
+from .batch import arun_rollout_items, arun_rollouts, run_rollouts
 from .capture import TrajectoryRecorder, TurnLimitReached
 from .chat_model import PolicyChatModel, transition_from_message
 from .context import ContextTemplate, causal_template, get_context_template, register_context_template
-from .dropin import AgentSpec, EnvironmentTool, arun_episode, as_agent, current_rollout, environment_tools
+from .environment_tools import EnvironmentTool, current_rollout, environment_tools
+from .episode import arun_episode
 from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
 from .langsmith_tracing import (
     RolloutTracer,
@@ -36,7 +39,6 @@ from .langsmith_tracing import (
     write_evaluation_experiments,
 )
 from .middleware import EvolverMiddleware
-from .rollout import arun_rollout_items, arun_rollouts, run_rollouts
 from .tracing import (
     JsonlTracer,
     TraceLimits,

@@ -24,7 +24,7 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 
-from .dropin import current_rollout
+from .environment_tools import current_rollout
 
 __all__ = ["EvolverMiddleware"]
 

@@ -46,7 +46,7 @@ class ReferencePolicy(BaseChatModel):
         return self
 
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
-        from .dropin import current_rollout
+        from .environment_tools import current_rollout
 
         rollout = current_rollout()
         if rollout is not None:

@@ -8,7 +8,7 @@ from langchain_core.messages import AIMessage
 
 from env_tools.sandbox import SandboxEnvironment, seed_tasks
 from graphs.agent import create_agent_graph
-from langgraph_evolver.rollout import arun_rollouts, run_rollouts
+from langgraph_evolver.batch import arun_rollouts, run_rollouts
 from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
 from langgraph_evolver.types import Trajectory
 

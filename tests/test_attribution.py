@@ -358,7 +358,7 @@ def test_reference_judge_multi_call_step_needs_one_match_and_no_error():
 def test_reference_judge_on_agent_graph_trajectories():
     from env_tools.sandbox import seed_tasks
     from graphs.agent import create_agent_graph
-    from langgraph_evolver.rollout import run_rollouts
+    from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
 
     tasks = seed_tasks("train")[:15]

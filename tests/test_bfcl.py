@@ -21,12 +21,12 @@ from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 
-from env_tools.base import load_environment  # noqa: E402
 from env_tools.bfcl import CATEGORIES, BFCLEnvironment, bfcl_tasks, call_string, entry, reference_turns  # noqa: E402
 from graphs.agent import reference_agent  # noqa: E402
+from langgraph_evolver.batch import arun_rollouts  # noqa: E402
 from langgraph_evolver.chat_model import POLICY_MARKER  # noqa: E402
-from langgraph_evolver.dropin import current_rollout  # noqa: E402
-from langgraph_evolver.rollout import arun_rollouts  # noqa: E402
+from langgraph_evolver.environment import load_environment  # noqa: E402
+from langgraph_evolver.environment_tools import current_rollout  # noqa: E402
 from langgraph_evolver.types import Action, Task, ToolCall  # noqa: E402
 
 

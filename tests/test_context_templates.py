@@ -14,6 +14,7 @@ from langgraph.graph.message import add_messages
 
 from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
+from langgraph_evolver.batch import run_rollouts
 from langgraph_evolver.context import (
     SelfManagingTemplate,
     SlidingWindowTemplate,
@@ -22,7 +23,6 @@ from langgraph_evolver.context import (
     parse_context_action,
     pin,
 )
-from langgraph_evolver.rollout import run_rollouts
 from langgraph_evolver.testing import ScriptedChatModel
 
 ROOT = Path(__file__).resolve().parent.parent

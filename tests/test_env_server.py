@@ -24,7 +24,6 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 import env_tools.client
-from env_tools.base import Environment, load_environment, register_environment
 from env_tools.client import (
     RemoteEnvironment,
     RemoteEnvironmentFailure,
@@ -33,6 +32,7 @@ from env_tools.client import (
 )
 from env_tools.server import create_app, make_parser, parse_env_args
 from langgraph_evolver._serving import free_port, serve_in_background
+from langgraph_evolver.environment import Environment, load_environment, register_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall
 

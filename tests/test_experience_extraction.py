@@ -188,7 +188,7 @@ def test_rules_describe_the_successful_tool_sequence_deterministically():
 def test_rules_on_real_agent_graph_rollouts():
     from env_tools.sandbox import seed_tasks
     from graphs.agent import create_agent_graph
-    from langgraph_evolver.rollout import run_rollouts
+    from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
 
     tasks = [t for t in seed_tasks("train")[:30] if t.metadata["template"] != "wallet_balance"]

@@ -55,7 +55,7 @@ def test_bad_config_fails_with_the_intended_message(flags, message, tmp_path, ca
 
 
 def test_level_weights_repeat_tasks_deterministically():
-    from env_tools.base import load_environment
+    from langgraph_evolver.environment import load_environment
     from trainers.config import parse_level_weights
     from trainers.grpo import task_dataset
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 def trainer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from env_tools.base import load_environment
+    from langgraph_evolver.environment import load_environment
     from trainers.config import EvolverGRPOConfig
     from trainers.grpo import task_dataset
     from trainers.grpo_trainer import EvolverGRPOTrainer

@@ -124,7 +124,9 @@ def test_a_context_length_400_from_the_endpoint_is_classified_as_the_policys_fai
     import openai
     from langchain_core.language_models import BaseChatModel
 
-    from langgraph_evolver.dropin import arun_episode, as_agent
+    from langgraph_evolver.episode import arun_episode
+
+    from langgraph_evolver.agent_spec import as_agent
     from trainers.grpo_trainer import failure_kind
 
     request = httpx.Request("POST", "http://policy/v1/chat/completions")
@@ -153,7 +155,7 @@ def test_a_context_length_400_from_the_endpoint_is_classified_as_the_policys_fai
     graph.add_node("act", act)
     graph.add_edge(START, "act")
     graph.add_edge("act", END)
-    from env_tools.base import load_environment
+    from langgraph_evolver.environment import load_environment
 
     task = load_environment("sandbox").list_tasks("train")[0]
     traj = asyncio.run(arun_episode(as_agent(graph.compile()), task))

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from langchain_core.tools import StructuredTool, ToolException, tool
 
-from env_tools.base import Environment, load_environment, register_environment
 from env_tools.langchain_tools import (
     DEFAULT_SYSTEM_PROMPT,
     ToolsEnvironment,
@@ -21,6 +20,7 @@ from env_tools.langchain_tools import (
     make_tools_environment,
     register_tools_environment,
 )
+from langgraph_evolver.environment import Environment, load_environment, register_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Task, ToolCall
 

@@ -137,7 +137,7 @@ def test_full_weight_checkpoints_are_found_served_and_restored(tmp_path, tiny_po
     from transformers import AutoModelForCausalLM
 
     import trainers.evaluate as trainer_eval
-    from env_tools.base import load_environment
+    from langgraph_evolver.environment import load_environment
     from tests.conftest import TINY_POLICY
 
     ckpt = tmp_path / "grpo-s0" / "checkpoint-2"

@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from env_tools.sandbox import seed_tasks
 from graphs.agent import reference_agent
 from langgraph_evolver.advantages import group_advantages
+from langgraph_evolver.batch import run_rollouts
 from langgraph_evolver.experience import (
     Experience,
     FaissExperiencePool,
@@ -21,7 +22,6 @@ from langgraph_evolver.experience import (
     inject_experience,
     prepare_for_training,
 )
-from langgraph_evolver.rollout import run_rollouts
 from tests.test_experience_pool import HashEmbeddings
 
 ROOT = Path(__file__).resolve().parent.parent

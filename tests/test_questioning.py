@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from env_tools.base import load_environment
 from env_tools.langchain_tools import ToolsEnvironment
 from env_tools.sandbox import TEMPLATES, SandboxEnvironment, seed_tasks
+from langgraph_evolver.environment import load_environment
 from langgraph_evolver.questioning import (
     DuplicateIndex,
     TaskStore,

@@ -15,7 +15,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from env_tools.sandbox import SandboxEnvironment, seed_tasks
-from langgraph_evolver.dropin import AgentSpec, arun_episode
+from langgraph_evolver.agent_spec import AgentSpec
+from langgraph_evolver.episode import arun_episode
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.questioning import (
     LLMSynthesizer,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from env_tools.base import list_environments, load_environment
 from env_tools.sandbox import APPS, TEMPLATES, TOOLS, SandboxEnvironment, environment_profile, seed_tasks
+from langgraph_evolver.environment import list_environments, load_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, ToolCall
 

@@ -20,6 +20,7 @@ import pytest
 
 from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
+from langgraph_evolver.batch import run_rollouts
 from langgraph_evolver.langsmith_tracing import (
     REWARD_FEEDBACK_KEY,
     RolloutTracer,
@@ -28,7 +29,6 @@ from langgraph_evolver.langsmith_tracing import (
     with_training_step,
     write_evaluation_experiments,
 )
-from langgraph_evolver.rollout import run_rollouts
 from langgraph_evolver.testing import ReferencePolicy
 from langgraph_evolver.tracing import JsonlTracer, TraceLimits, build_run_tree, read_runs
 from tests._fake_langsmith import FakeLangSmith, fake_langsmith
@@ -197,7 +197,7 @@ _TRAINING_SCRIPT = textwrap.dedent(
     from env_tools.sandbox import seed_tasks
     from graphs.agent import create_agent_graph
     from langgraph_evolver.langsmith_tracing import annotate_rollouts, with_training_step
-    from langgraph_evolver.rollout import run_rollouts
+    from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.testing import ReferencePolicy
     from langgraph_evolver.tracing import langsmith_callbacks
 

@@ -383,7 +383,7 @@ class EvolverGRPOConfig(GRPOConfig):
         key = (self.agent, self.agent_input, self.reward_fn, self.context_template,
                json.dumps(self.context_options, sort_keys=True), self.max_turns)  # fmt: skip
         if key not in _AGENTS:
-            from langgraph_evolver.dropin import as_agent
+            from langgraph_evolver.agent_spec import as_agent
 
             _AGENTS[key] = as_agent(self.agent or _reference_agent(self), to_input=self.agent_input,
                                     reward=self.reward_fn)  # fmt: skip

@@ -274,7 +274,7 @@ async def evaluate_endpoint(
     """
     from graphs.agent import reference_agent
     from langgraph_evolver.chat_model import PolicyChatModel
-    from langgraph_evolver.rollout import arun_rollouts
+    from langgraph_evolver.batch import arun_rollouts
 
     if reference_policy:
         from langgraph_evolver.testing import ReferencePolicy
@@ -417,7 +417,7 @@ def _load_adapter(base_url: str, path: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from env_tools.base import check_task_environments, environment_factory, load_environment
+    from langgraph_evolver.environment import check_task_environments, environment_factory, load_environment
     from langgraph_evolver.errors import EvolverError
     from langgraph_evolver.tracing import JsonlTracer, langsmith_callbacks
 
@@ -438,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         agent = None
         if args.agent or args.agent_input or args.reward:
             from graphs.agent import reference_agent
-            from langgraph_evolver.dropin import as_agent
+            from langgraph_evolver.agent_spec import as_agent
 
             agent = as_agent(args.agent or reference_agent(max_turns=args.max_turns), to_input=args.agent_input,
                              reward=args.reward)  # fmt: skip

@@ -173,7 +173,7 @@ def _check_template(model_path: Path, cfg: Any) -> None:
 
 def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]:
     """For each ``(split, limit)``: the first ``limit`` tasks of that split, from one environment instance."""
-    from env_tools.base import check_task_environments, load_environment
+    from langgraph_evolver.environment import check_task_environments, load_environment
 
     env = load_environment(cfg.env_id, **(cfg.env_args or {}))
     try:
@@ -192,7 +192,7 @@ def _env_factory(cfg: Any) -> Any:
         from env_tools.client import remote_environment_factory
 
         return remote_environment_factory(cfg.env_url)
-    from env_tools.base import environment_factory
+    from langgraph_evolver.environment import environment_factory
 
     return environment_factory(cfg.env_id, **(cfg.env_args or {}))
 

@@ -315,8 +315,8 @@ class EvolverGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["policy/sync_s"].append(getattr(self.policy, "last_sync_s", 0.0))
 
     def _run_rollouts(self, items: list[tuple[Task, str, int]]) -> list[Trajectory]:
+        from langgraph_evolver.batch import arun_rollout_items
         from langgraph_evolver.chat_model import PolicyChatModel
-        from langgraph_evolver.rollout import arun_rollout_items
 
         model_name = self.policy.current if self.policy is not None else None
         chat = PolicyChatModel(base_url=self.policy_base_url, model=model_name, temperature=self.temperature,

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from env_tools.base import Environment
+from langgraph_evolver.environment import Environment
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
 

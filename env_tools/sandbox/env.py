@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from env_tools._checks import answer_matches
-from env_tools.base import Environment
+from langgraph_evolver.environment import Environment
 from langgraph_evolver.errors import EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
 

@@ -92,7 +92,7 @@ def _none(spec: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..dropin import load_object
+    from ..loading import load_object
 
     selection = trace_filter(args)
     redact = load_object(args.redact, what="--redact") if args.redact else None

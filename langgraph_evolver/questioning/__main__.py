@@ -27,6 +27,7 @@ from typing import Any
 
 from langgraph_evolver._llm import init_model
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.loading import load_object
 
 from .pipeline import synthesize_tasks
 from .store import TaskStore
@@ -80,8 +81,6 @@ def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = 
 
 def run_setup(target: str) -> None:
     """Call ``module:function`` or ``path/file.py:function`` (no arguments)."""
-    from langgraph_evolver.dropin import load_object
-
     location, sep, attr = target.rpartition(":")
     if not sep or not location or not attr:
         raise ConfigError(f"--setup {target!r} must be 'module:function' or 'path/to/file.py:function'.")
@@ -90,8 +89,6 @@ def run_setup(target: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    import env_tools.base  # noqa: F401 - registers the built-in environments
-
     for target in args.setup:
         run_setup(target)
     tasks, report = synthesize_tasks(

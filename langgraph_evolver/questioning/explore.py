@@ -21,6 +21,7 @@ from typing import Any
 
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
+from ..environment import Environment
 from .profile import WRITE_VERBS, tool_entity, tool_verb
 
 __all__ = ["EXPLORE_QUERY", "aexplore", "exploration_task", "explore"]
@@ -220,7 +221,7 @@ def _phases(n_breadth: int, n_depth: int) -> list[str]:
     return ["breadth"] * n_breadth + ["depth"] * n_depth
 
 
-def explore(env: Any, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0) -> Trajectory:
+def explore(env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0) -> Trajectory:
     """Explore ``env`` from ``task``'s world with schema-driven random calls.
 
     Args:
@@ -245,7 +246,7 @@ def explore(env: Any, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed
     return _trajectory(task, steps, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
 
 
-async def aexplore(env: Any, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0) -> Trajectory:
+async def aexplore(env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0) -> Trajectory:
     """Async twin of ``explore`` (``areset`` / ``astep``), for remote environments."""
     obs = await env.areset(task)
     explorer = _Explorer(obs.tools, seed=seed)

@@ -20,7 +20,7 @@ recorded as steps (with token ids and logprobs when the model is a ``PolicyChatM
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -32,6 +32,7 @@ from langgraph_evolver._llm import model_id
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task, Trajectory
 
+from ..environment import TaskEnvironmentFactory
 from .explore import EXPLORE_QUERY
 
 __all__ = ["EXPLORER_SYSTEM", "aexplore_with_model", "create_explorer_graph", "explorer_agent"]
@@ -181,7 +182,7 @@ def create_explorer_graph(
 
 def explorer_agent(*, n_breadth: int = 3, n_depth: int = 17, **options: Any) -> Any:
     """The explorer as a drop-in ``AgentSpec`` (built per rollout with the model and the env's tools)."""
-    from langgraph_evolver.dropin import AgentSpec
+    from langgraph_evolver.agent_spec import AgentSpec
 
     def build(model: BaseChatModel, tools: list[BaseTool]) -> Any:
         return create_explorer_graph(model, tools, n_breadth=n_breadth, n_depth=n_depth, **options)
@@ -196,7 +197,7 @@ def explorer_agent(*, n_breadth: int = 3, n_depth: int = 17, **options: Any) -> 
 
 
 async def aexplore_with_model(
-    env_factory: Callable[[Task], Any],
+    env_factory: TaskEnvironmentFactory,
     task: Task,
     model: BaseChatModel,
     *,
@@ -217,7 +218,7 @@ async def aexplore_with_model(
         callbacks: extra LangChain callbacks (tracing).
         **options: ``create_explorer_graph`` options (temperatures, ``recent``, ``goal``).
     """
-    from langgraph_evolver.dropin import arun_episode
+    from langgraph_evolver.episode import arun_episode
 
     agent = explorer_agent(n_breadth=n_breadth, n_depth=n_depth, **options)
     traj = await arun_episode(agent, task, policy=model, env_factory=env_factory, callbacks=callbacks,

@@ -30,6 +30,7 @@ from typing import Any
 
 from langgraph_evolver.types import Action, Task
 
+from ..environment import Environment, TaskEnvironmentFactory
 from .answers import EXPECTED_KEY, expected_answer, expected_values
 from .profile import READ_VERBS, tool_verb
 
@@ -43,7 +44,7 @@ __all__ = [
     "state_fingerprint",
 ]
 
-EnvFactory = Callable[[Task], Any]
+EnvFactory = TaskEnvironmentFactory
 """``env_factory(task) -> Environment``: a fresh instance for the task (not yet reset)."""
 _EMPTY = {"", "[]", "{}", "null", "none", '""'}
 
@@ -188,7 +189,7 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def state_fingerprint(env: Any) -> str:
+def state_fingerprint(env: Environment) -> str:
     """A comparable snapshot of an environment's state (its ``world`` or ``state``), by value."""
     state = getattr(env, "world", None)
     if state is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_evolver._llm import model_id, run_sync
+from langgraph_evolver.environment import Environment, TaskEnvironmentFactory, load_environment
 from langgraph_evolver.types import Task
 
 from .explore import exploration_task, explore
@@ -56,9 +57,7 @@ class PipelineReport:
         return dataclasses.asdict(self)
 
 
-def _default_factory(task: Task) -> Any:
-    from env_tools.base import load_environment
-
+def _default_factory(task: Task) -> Environment:
     return load_environment(task.env)
 
 
@@ -67,7 +66,7 @@ def synthesize_tasks(
     n: int,
     *,
     seed: int = 0,
-    env_factory: Callable[[Task], Any] | None = None,
+    env_factory: TaskEnvironmentFactory | None = None,
     seed_tasks: Sequence[Task] | None = None,
     held_out: Sequence[Task] | None = None,
     n_breadth: int = 3,

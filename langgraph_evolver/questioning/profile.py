@@ -15,6 +15,8 @@ from typing import Any
 
 from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, json_values
 
+from ..environment import Environment
+
 __all__ = [
     "READ_VERBS",
     "WRITE_VERBS",
@@ -122,7 +124,7 @@ def derive_profile(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def environment_profile(env: Any, tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def environment_profile(env: Environment, tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The environment's profile: declared when it has one, else derived from its tool schemas.
 
     Args:

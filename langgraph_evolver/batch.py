@@ -10,10 +10,12 @@ rollout leaks nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .dropin import arun_episode, as_agent
+from .agent_spec import as_agent
+from .environment import TaskEnvironmentFactory
+from .episode import arun_episode
 from .types import Task, Trajectory
 
 __all__ = ["arun_rollout_items", "arun_rollouts", "run_rollouts"]
@@ -25,7 +27,7 @@ async def arun_rollout_items(
     *,
     policy: Any = None,
     concurrency: int = 64,
-    env_factory: Callable[[Task], Any] | None = None,
+    env_factory: TaskEnvironmentFactory | None = None,
     callbacks: list | None = None,
     recursion_limit: int = 100,
     progress: bool | str = False,
