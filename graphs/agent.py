@@ -2,11 +2,11 @@
 
     START → start → retrieve_experience → agent ⇄ tools (→ manage_context) → … → END
 
-It is one user of the drop-in seams (``langgraph_evolver/dropin.py``): ``create_agent_graph(model,
-tools)`` is a ``build(model, tools)`` factory, the rollout runner records it with the same
-callbacks as any other graph, and its environment is reached only through the tools it is given
-(``None``: the tools of the rollout it runs in). What it adds to a plain ReAct loop is what the
-tiny policy was trained with:
+It is one user of the drop-in seams (``langgraph_evolver/agent_spec.py``, ``environment_tools.py``,
+``episode.py``): ``create_agent_graph(model, tools)`` is a ``build(model, tools)`` factory, the
+rollout runner records it with the same callbacks as any other graph, and its environment is
+reached only through the tools it is given (``None``: the tools of the rollout it runs in). What
+it adds to a plain ReAct loop is what the tiny policy was trained with:
 
 - ``start`` opens with the environment's system prompt when the input has none;
 - ``agent`` calls the policy on the prompt the context template makes of the history;
@@ -20,7 +20,7 @@ environment answers the answer with its next user message; the rollout runner th
 graph again on its final state plus that message (``arun_episode``), so ``max_turns`` is per user turn.
 
 The module-level ``graph`` (served by ``langgraph dev`` as ``agent``) runs this agent on a task end to
-end (``langgraph_evolver/episode.py``): input ``{"task_id": "sandbox-test-00003", "env": "sandbox"}`` or
+end (``langgraph_evolver/served_graph.py``): input ``{"task_id": "sandbox-test-00003", "env": "sandbox"}`` or
 ``{"task": {...}}``. It talks to the policy endpoint named by ``EVOLVER_POLICY_BASE_URL`` (default
 ``http://127.0.0.1:8000/v1``) and ``EVOLVER_POLICY_MODEL`` (default ``tiny-policy``);
 ``EVOLVER_AGENT=my_pkg.agent:build_agent`` serves your own agent through the same episode instead
