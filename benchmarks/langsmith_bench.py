@@ -82,8 +82,7 @@ def trace_sizes(out: Path) -> dict[str, object]:
     from graphs.agent import create_agent_graph
     from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.chat_model import PolicyChatModel
-    from langgraph_evolver.langsmith_tracing import annotate_rollouts
-    from langgraph_evolver.tracing import JsonlTracer, TraceLimits
+    from langgraph_evolver.tracing import JsonlTracer, TraceLimits, annotate_rollouts
     from trainers.policy_server import create_app, serve_in_background
 
     torch.set_num_threads(1)

@@ -31,24 +31,22 @@ from .context import ContextTemplate, causal_template, get_context_template, reg
 from .environment_tools import EnvironmentTool, current_rollout, environment_tools
 from .episode import arun_episode
 from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
-from .langsmith_tracing import (
-    RolloutTracer,
-    annotate_rollouts,
-    langsmith_client,
-    with_training_step,
-    write_evaluation_experiments,
-)
 from .middleware import EvolverMiddleware
 from .tracing import (
     JsonlTracer,
+    RolloutTracer,
     TraceLimits,
+    annotate_rollouts,
     build_run_tree,
     langsmith_callbacks,
+    langsmith_client,
     langsmith_enabled,
     read_feedback,
     read_runs,
     trace_metadata,
     trace_tool_calls,
+    with_training_step,
+    write_evaluation_experiments,
 )
 from .types import (
     Action,

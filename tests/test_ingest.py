@@ -17,14 +17,20 @@ from langchain_core.tracers.langchain import LangChainTracer
 from env_tools.sandbox import seed_tasks
 from examples.dropin.library import Library, make_tools
 from graphs.agent import create_agent_graph
-from langgraph_evolver import langsmith_tracing
 from langgraph_evolver.batch import run_rollouts
 from langgraph_evolver.ingest import read_jsonl_traces
 from langgraph_evolver.ingest.__main__ import main
-from langgraph_evolver.langsmith_tracing import RolloutTracer, annotate_rollouts, with_training_step
 from langgraph_evolver.questioning import TaskStore
 from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
-from langgraph_evolver.tracing import JsonlTracer, TraceLimits, read_runs
+from langgraph_evolver.tracing import (
+    JsonlTracer,
+    RolloutTracer,
+    TraceLimits,
+    annotate_rollouts,
+    read_runs,
+    with_training_step,
+)
+from langgraph_evolver.tracing import langsmith as langsmith_tracing
 from langgraph_evolver.types import read_jsonl
 from tests._fake_langsmith import FakeLangSmith, fake_langsmith
 from tests.test_tracing_langsmith import client_for

@@ -517,3 +517,35 @@ def test_unreachable_langsmith_neither_slows_nor_breaks_the_agent(
     # a ratio against the same runs untraced (measured in the same process), not a wall-clock figure: waiting on
     # the dead endpoint would cost seconds per run; the slack absorbs a loaded machine
     assert report["traced"] < 3 * report["baseline"] + 1.0, report
+
+
+# --------------------------------------------------------------------------- the package's layout
+
+# Each module of langgraph_evolver/tracing/ may import only those before it here: no circle, and the
+# local tracer never needs LangSmith.
+TRACING_LAYERS = ("payload", "runtree", "jsonl", "langsmith", "rollouts", "experiments", "tools")
+
+
+def test_tracing_modules_import_one_way() -> None:
+    import ast
+
+    import langgraph_evolver.tracing as tracing
+
+    package = Path(tracing.__file__).parent
+    assert sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__") == sorted(TRACING_LAYERS)
+    for i, name in enumerate(TRACING_LAYERS):
+        tree = ast.parse((package / f"{name}.py").read_text(encoding="utf-8"))
+        siblings = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
+        assert siblings <= set(TRACING_LAYERS[:i]), f"tracing/{name}.py imports {siblings - set(TRACING_LAYERS[:i])}"
+
+
+def test_old_langsmith_tracing_module_still_imports_and_runs() -> None:
+    from langgraph_evolver import langsmith_tracing, tracing
+
+    for name in langsmith_tracing.__all__:
+        assert getattr(langsmith_tracing, name) is getattr(tracing.experiments if name == "main" else tracing, name)
+    proc = subprocess.run([sys.executable, "-m", "langgraph_evolver.langsmith_tracing", "--help"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--dataset" in proc.stdout and "NAME=DIR" in proc.stdout
+    assert "RuntimeWarning" not in proc.stderr  # the package does not import the module it runs

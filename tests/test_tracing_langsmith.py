@@ -21,16 +21,19 @@ import pytest
 from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
 from langgraph_evolver.batch import run_rollouts
-from langgraph_evolver.langsmith_tracing import (
+from langgraph_evolver.testing import ReferencePolicy
+from langgraph_evolver.tracing import (
     REWARD_FEEDBACK_KEY,
+    JsonlTracer,
     RolloutTracer,
+    TraceLimits,
     annotate_rollouts,
+    build_run_tree,
     langsmith_client,
+    read_runs,
     with_training_step,
     write_evaluation_experiments,
 )
-from langgraph_evolver.testing import ReferencePolicy
-from langgraph_evolver.tracing import JsonlTracer, TraceLimits, build_run_tree, read_runs
 from tests._fake_langsmith import FakeLangSmith, fake_langsmith
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,14 +177,15 @@ def test_evaluations_become_a_dataset_and_one_experiment_per_checkpoint(fake):
 
 
 def test_evaluation_folders_become_experiments_from_the_command_line(fake, tmp_path, monkeypatch, capsys):
-    from langgraph_evolver import langsmith_tracing
+    from langgraph_evolver import langsmith_tracing  # the module the documented command runs
+    from langgraph_evolver.tracing import langsmith as langsmith_sink
     from langgraph_evolver.types import write_jsonl
 
     tasks = sandbox_tasks(2)
     graph = create_agent_graph(ReferencePolicy(tasks))
     for name in ("eval_before", "eval_after"):  # what trainers.grpo leaves in its output folder
         write_jsonl(tmp_path / name / "trajectories.jsonl", run_rollouts(graph, tasks, n=2))
-    monkeypatch.setattr(langsmith_tracing, "_CLIENT", client_for(fake))
+    monkeypatch.setattr(langsmith_sink, "_CLIENT", client_for(fake))
     assert langsmith_tracing.main(["--dataset", "held-out", f"before={tmp_path / 'eval_before'}",
                                    f"after={tmp_path / 'eval_after'}"]) == 0  # fmt: skip
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -196,10 +200,9 @@ _TRAINING_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from env_tools.sandbox import seed_tasks
     from graphs.agent import create_agent_graph
-    from langgraph_evolver.langsmith_tracing import annotate_rollouts, with_training_step
     from langgraph_evolver.batch import run_rollouts
     from langgraph_evolver.testing import ReferencePolicy
-    from langgraph_evolver.tracing import langsmith_callbacks
+    from langgraph_evolver.tracing import annotate_rollouts, langsmith_callbacks, with_training_step
 
     from langsmith import tracing_context
 

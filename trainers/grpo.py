@@ -364,7 +364,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                 report = _attribution_report(out, figures)
                 figures["attribution_report"] = str(report)
             if langsmith_enabled() and evals:  # held-out tasks as a LangSmith dataset, one experiment per evaluation
-                from langgraph_evolver.langsmith_tracing import write_evaluation_folders
+                from langgraph_evolver.tracing import write_evaluation_folders
 
                 figures["langsmith_experiments"] = write_evaluation_folders(
                     {name: out / f"eval_{name}" for name in evals}, timeout_s=60,

@@ -53,8 +53,7 @@ from langgraph_evolver.attribution import (
     summarize_attributions,
     write_langsmith_feedback,
 )
-from langgraph_evolver.langsmith_tracing import annotate_rollouts, with_training_step
-from langgraph_evolver.tracing import langsmith_enabled
+from langgraph_evolver.tracing import annotate_rollouts, langsmith_enabled, with_training_step
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig

@@ -37,7 +37,7 @@ def write_langsmith_feedback(
         key: The feedback key.
     """
     if client is None:
-        from ..langsmith_tracing import langsmith_client
+        from ..tracing import langsmith_client
 
         client = langsmith_client()
     written = failed = 0

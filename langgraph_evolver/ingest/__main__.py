@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         traces = read_jsonl_traces(args.jsonl, selection, limit=args.limit)
         source = {"jsonl": args.jsonl}
     else:
-        from ..langsmith_tracing import langsmith_client
+        from ..tracing import langsmith_client
 
         client = langsmith_client()
         traces = read_langsmith_traces(client, project=args.project, run_ids=args.run_ids or (),
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures["outputs"] = write_ingest(result, args.out, task_store=args.task_store)
     if args.write_feedback:
         if client is None:
-            from ..langsmith_tracing import langsmith_client
+            from ..tracing import langsmith_client
 
             client = langsmith_client()
         written, failed = write_label_feedback(result, client)
