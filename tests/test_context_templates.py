@@ -167,7 +167,7 @@ def test_invalid_management_is_counted_in_the_trajectory():
 
 def test_manager_calls_are_trainable_transitions_when_the_manager_is_the_policy(tiny_policy_url):
     from langgraph_evolver import PolicyChatModel
-    from trainers.grpo_trainer import transition_advantages
+    from langgraph_evolver.scoring import transition_advantages
 
     policy = PolicyChatModel(base_url=tiny_policy_url, model="tiny-policy", max_tokens=48)
     task = next(t for t in seed_tasks("train") if t.metadata["level"] == 3)

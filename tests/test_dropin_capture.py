@@ -301,7 +301,7 @@ def test_an_endpoint_outage_inside_a_run_that_hits_the_turn_limit_is_never_train
     from langgraph.graph import MessagesState
 
     from langgraph_evolver.capture import TurnLimitReached
-    from trainers.grpo_trainer import failure_kind, shaped_reward
+    from langgraph_evolver.scoring import failure_kind, shaped_reward
 
     fail_on = {2}
     seen = []

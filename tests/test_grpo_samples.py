@@ -8,7 +8,6 @@ import pytest
 
 from langgraph_evolver.advantages import group_advantages
 from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
-from trainers.grpo_trainer import shaped_reward
 from trainers.samples import (
     collate,
     length_grouped_chunks,
@@ -63,103 +62,6 @@ def test_scale_none_and_batch():
 def test_single_member_group_is_zero_variance():
     adv = group_advantages([0.7], ["a"])
     assert adv.advantages == [0.0] and adv.zero_variance_groups == 1
-
-
-def test_shaped_reward_penalizes_malformed_calls_and_skips_failed_rollouts():
-    t = _traj([_tr([1, 2], [3]), _tr([1, 2, 3, 4], [5])], reward=1.0, errors=1)
-    assert shaped_reward(t, 0.1) == pytest.approx(0.9)
-    assert shaped_reward(_traj([_tr([1], [2])], reward=1.0, finish="error"), 0.1) is None
-    assert shaped_reward(_traj([], reward=1.0), 0.1) is None  # no LLM call recorded: nothing to train
-
-
-# What arun_episode records (dropin.py) for a 400 from vLLM / our server when the prompt outgrew the window.
-CONTEXT_400 = (
-    "rollout crashed: BadRequestError: Error code: 400 - {'error': {'message': \"This model's maximum context "
-    "length is 2048 tokens. However, your request has 2100 input tokens.\", 'code': 400}}"
-)
-
-
-@pytest.mark.parametrize(
-    ("messages", "kind"),
-    [
-        ((CONTEXT_400,), "policy"),
-        (
-            ("rollout crashed: GraphRecursionError: Recursion limit of 100 reached without hitting a stop condition",),
-            "policy",
-        ),  # fmt: skip
-        (("rollout crashed: APIConnectionError: Connection error.",), "infrastructure"),
-        (("environment reset failed: EnvironmentFailure: service at http://env:8100 unreachable",), "infrastructure"),
-        ((CONTEXT_400, "evaluation failed: EnvironmentFailure: instance expired"), "infrastructure"),
-        (("rollout crashed: InternalServerError: Error code: 500",), "infrastructure"),
-    ],
-)
-def test_policy_failures_are_scored_and_infrastructure_failures_left_out(messages, kind):
-    from trainers.grpo_trainer import failure_kind
-
-    t = _traj([_tr([1, 2], [3]), _tr([1, 2, 3, 4], [5])], reward=1.0, errors=1, finish="error", messages=messages)
-    assert failure_kind(t) == kind
-    if kind == "policy":  # 0 minus the penalty, whatever the environment said after the crash
-        assert shaped_reward(t, 0.1) == pytest.approx(-0.1)
-        assert shaped_reward(t, 0.1, policy_failure_reward=-0.5) == pytest.approx(-0.6)
-    else:
-        assert shaped_reward(t, 0.1) is None
-    assert failure_kind(_traj([_tr([1], [2])])) is None
-
-
-def test_a_context_length_failure_gets_a_negative_advantage_in_its_group():
-    ok = _traj([_tr([1], [2])], reward=0.5)
-    blown = _traj([_tr([1], [2])], reward=None, finish="error", messages=(CONTEXT_400,))
-    down = _traj([_tr([1], [2])], reward=None, finish="error", messages=("rollout crashed: APIConnectionError: x",))
-    rewards = [shaped_reward(t, 0.1) for t in (ok, blown, down, ok)]
-    adv = group_advantages(rewards, ["a"] * 4).advantages
-    assert adv[2] is None  # the outage: left out, no advantage
-    assert adv[1] < 0 < adv[0] == adv[3]  # the policy's own failure: scored below the rollouts that finished
-
-
-def test_a_context_length_400_from_the_endpoint_is_classified_as_the_policys_failure():
-    """Through the real rollout path: a chat model that answers like an endpoint whose window is full."""
-    import asyncio
-
-    import httpx
-    import openai
-    from langchain_core.language_models import BaseChatModel
-
-    from langgraph_evolver.episode import arun_episode
-
-    from langgraph_evolver.agent_spec import as_agent
-    from trainers.grpo_trainer import failure_kind
-
-    request = httpx.Request("POST", "http://policy/v1/chat/completions")
-    message = "This model's maximum context length is 2048 tokens. However, your request has 2100 input tokens."
-
-    class FullWindow(BaseChatModel):
-        @property
-        def _llm_type(self) -> str:
-            return "full-window"
-
-        def bind_tools(self, tools, **kwargs):
-            return self
-
-        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-            raise openai.BadRequestError(message, response=httpx.Response(400, request=request),
-                                         body={"message": message})  # fmt: skip
-
-    from langgraph.graph import END, START, MessagesState, StateGraph
-
-    model = FullWindow()
-
-    async def act(state: MessagesState) -> dict:
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("act", act)
-    graph.add_edge(START, "act")
-    graph.add_edge("act", END)
-    from langgraph_evolver.environment import load_environment
-
-    task = load_environment("sandbox").list_tasks("train")[0]
-    traj = asyncio.run(arun_episode(as_agent(graph.compile()), task))
-    assert traj.finish_reason == "error" and failure_kind(traj) == "policy", traj.errors
 
 
 # -- rows and merging ---------------------------------------------------------------------------
@@ -252,17 +154,3 @@ def test_token_budget_packs_under_the_budget_and_mixes_lengths_across_micro_batc
     assert len(alone) == 1  # a row longer than the budget runs alone
     with pytest.raises(ValueError):
         token_budget_slots(rows, 0, 100)
-
-
-def test_another_models_error_is_not_the_policys_malformed_call():
-    """A helper model's 429 followed by a clean policy answer: no malformed-call penalty on the policy."""
-    from dataclasses import replace
-
-    from trainers.grpo_trainer import malformed_calls
-
-    t = _traj([_tr([1, 2], [3])], reward=1.0)
-    helper = Step(index=0, action=Action(), error="RateLimitError: Error code: 429", policy=False, model="router")
-    t = replace(t, steps=(helper, *(replace(s, index=1) for s in t.steps)))
-    assert malformed_calls(t) == 0 and shaped_reward(t, 0.1) == pytest.approx(1.0)
-    bad = Step(index=2, action=Action(content="<tool_call>{"), error="unparseable tool call")
-    assert malformed_calls(replace(t, steps=(*t.steps, bad))) == 1

@@ -56,7 +56,7 @@ def test_a_publish_between_two_calls_makes_the_first_call_stale(own_server, tmp_
     from transformers import AutoModelForCausalLM
 
     from langgraph_evolver.chat_model import PolicyChatModel, transition_from_message
-    from trainers.grpo_trainer import version_staleness
+    from trainers.grpo_records import version_staleness
     from trainers.sync import DiskSync
 
     chat = PolicyChatModel(base_url=own_server, model="tiny-policy", max_tokens=4, seed=0)

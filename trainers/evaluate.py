@@ -34,67 +34,27 @@ import math
 import statistics
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from langgraph_evolver.experience.extractor import group_by_task
+from langgraph_evolver.scoring import failed_rollouts, failure_kind, well_formed_counts
 from langgraph_evolver.types import Trajectory, write_jsonl
 
 from .tiny import DEFAULT_CHECKPOINT
 
 __all__ = [
-    "POLICY_FAILURE_MARKERS",
     "context_overflow",
     "evaluate_endpoint",
-    "failed_rollouts",
-    "failure_kind",
-    "plumbing_report",
     "failure_summary",
-    "group_by_task",
+    "plumbing_report",
     "main",
     "make_parser",
     "select_tasks",
     "summarize",
     "too_many_failures",
-    "well_formed_counts",
 ]
-
-
-# Errors the policy caused (lower-case substrings of a trajectory's error lines). Context length:
-# vLLM, SGLang, OpenAI and our server all say "maximum context length" (OpenAI's code is
-# "context_length_exceeded"); a runaway episode: LangGraph's recursion limit or our turn limit
-# raised where the rollout could not turn it into ``max_turns`` (inside a subgraph or a tool).
-POLICY_FAILURE_MARKERS = (
-    "maximum context length",
-    "context_length_exceeded",
-    "context length exceeded",
-    "prompt is too long",
-    "graphrecursionerror",
-    "recursion limit",
-    "turnlimitreached",
-)
-
-
-def failure_kind(trajectory: Trajectory) -> Literal["policy", "infrastructure"] | None:
-    """Why a rollout ended in an error: ``"policy"`` (its own outputs caused it: score it),
-    ``"infrastructure"`` (endpoint, environment, evaluation, capture: leave it out), or ``None``.
-
-    A rollout counts as a policy failure only when every error line is one of
-    ``POLICY_FAILURE_MARKERS``; any other error (or an unknown one) is infrastructure, so an
-    outage is never scored as the policy's fault.
-    """
-    if trajectory.finish_reason != "error":
-        return None
-    lines = [e.lower() for e in trajectory.errors]
-    if lines and all(any(m in line for m in POLICY_FAILURE_MARKERS) for line in lines):
-        return "policy"
-    return "infrastructure"
-
-
-def failed_rollouts(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
-    """The rollouts that failed outside the policy (endpoint, environment, capture): no score, counted apart."""
-    return [t for t in trajectories if failure_kind(t) == "infrastructure"]
 
 
 def failure_summary(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
@@ -147,27 +107,6 @@ def plumbing_text(report: dict[str, Any]) -> str:
     if not report["tool_calls"]:
         lines.append("  no tool call reached the graph's tools: does the graph use the model its factory receives?")
     return "\n".join(lines)
-
-
-def well_formed_counts(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
-    """(well-formed tool-call turns, tool-call attempts) of the policy's own calls over ``trajectories``."""
-    attempts = ok = 0
-    for traj in trajectories:
-        for step in traj.steps:
-            if not step.policy:  # another model of the graph (a router, a judge): not the policy's call
-                continue
-            if step.action.tool_calls or step.error:
-                attempts += 1
-                ok += bool(step.action.tool_calls) and step.error is None
-    return ok, attempts
-
-
-def group_by_task(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
-    """Trajectories per task id, in first-seen order."""
-    by_task: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajectories:
-        by_task[t.task.id].append(t)
-    return by_task
 
 
 def task_means(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -273,8 +212,8 @@ async def evaluate_endpoint(
     command names); ``env_url`` uses the HTTP service instead; neither: each task's ``env`` by name.
     """
     from graphs.agent import reference_agent
-    from langgraph_evolver.chat_model import PolicyChatModel
     from langgraph_evolver.batch import arun_rollouts
+    from langgraph_evolver.chat_model import PolicyChatModel
 
     if reference_policy:
         from langgraph_evolver.testing import ReferencePolicy

@@ -53,11 +53,12 @@ from langgraph_evolver.attribution import (
     summarize_attributions,
     write_langsmith_feedback,
 )
+from langgraph_evolver.scoring import failed_rollouts, shaped_reward, transition_advantages
 from langgraph_evolver.tracing import annotate_rollouts, langsmith_enabled, with_training_step
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
-from .evaluate import failed_rollouts, failure_kind, well_formed_counts
+from .grpo_records import RankSummary, RolloutScore, log_generation
 from .samples import (
     Sample,
     collate,
@@ -73,12 +74,8 @@ from .samples import (
 
 __all__ = [
     "EvolverGRPOTrainer",
-    "failure_kind",
-    "malformed_calls",
-    "shaped_reward",
+    "shaped_reward",  # langgraph_evolver.scoring's, re-exported for benchmarks/trainer.py
     "trainable_parameters",
-    "transition_advantages",
-    "version_staleness",
 ]
 
 _JUDGE_TOTALS = ("fallbacks", "input_tokens", "output_tokens", "cost_usd")  # summed over ranks, logged per step
@@ -86,77 +83,15 @@ _JUDGE_TOTALS = ("fallbacks", "input_tokens", "output_tokens", "cost_usd")  # su
 logger = logging.getLogger(__name__)
 
 
-def malformed_calls(trajectory: Trajectory) -> int:
-    """The policy's turns whose output could not be executed as a tool call (parse errors, bad tools/arguments).
-
-    Only the policy's own calls count: another model of the graph that failed (a router's 429) is
-    not the policy's doing, and its error is no reason to lower the policy's reward.
-    """
-    return sum(1 for s in trajectory.steps if s.error and s.policy)
-
-
-def shaped_reward(trajectory: Trajectory, malformed_call_penalty: float, *,
-                  policy_failure_reward: float = 0.0) -> float | None:  # fmt: skip
-    """Outcome reward minus the malformed-call penalty.
-
-    A policy failure (``failure_kind``) scores ``policy_failure_reward`` minus the penalty; ``None``
-    (no advantage, left out of its group) for an infrastructure failure or a rollout with no LLM call.
-    """
-    if not trajectory.transitions:
-        return None
-    kind = failure_kind(trajectory)
-    if kind == "infrastructure" or (kind is None and trajectory.reward is None):
-        return None
-    base = policy_failure_reward if kind == "policy" else float(trajectory.reward)  # type: ignore[arg-type]
-    return base - malformed_call_penalty * malformed_calls(trajectory)
-
-
 def trainable_parameters(model: Any) -> list[Any]:
     """The parameters an optimizer updates (a LoRA adapter's, not the frozen base model's)."""
     return [p for p in model.parameters() if p.requires_grad]
-
-
-def version_staleness(trajectory: Trajectory, version_steps: dict[str, int], step: int) -> tuple[int, int]:
-    """``(sum of staleness, calls counted)`` over the rollout's LLM calls: for each call, the steps
-    between ``step`` and the step whose weights answered it (``model_version``: what the endpoint
-    reported as serving the call). Calls by versions this run did not publish are not counted."""
-    total = known = 0
-    for tr in trajectory.transitions:
-        if tr.model_version in version_steps:
-            total += step - version_steps[tr.model_version]
-            known += 1
-    return total, known
-
-
-def _outcome(trajectory: Trajectory) -> float | None:
-    """The outcome reward the metrics report: 0 for a policy failure, none for an infrastructure one."""
-    kind = failure_kind(trajectory)
-    return trajectory.reward if kind is None else 0.0 if kind == "policy" else None
 
 
 def environment_reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
     """TRL requires a reward source at construction; here rewards come from ``Environment.evaluate``
     inside each rollout, so TRL's reward path is never taken. Reaching this is a bug."""
     raise RuntimeError("environment_reward is only a marker: EvolverGRPOTrainer scores whole rollouts itself.")
-
-
-def transition_advantages(trajectory: Trajectory, step_advantages: list[float] | None) -> float | list[float] | None:
-    """The advantages of a rollout's LLM calls: one value for all, one per call, or ``None`` (no signal)."""
-    if step_advantages is None or not any(step_advantages):
-        return None
-    if len(step_advantages) == 1:
-        return step_advantages[0]
-    if len(step_advantages) != len(trajectory.steps):
-        raise ValueError(f"{len(step_advantages)} step advantages for the {len(trajectory.steps)} steps of "
-                         f"{trajectory.id}.")  # fmt: skip
-    values = list(step_advantages)
-    following = values[-1]
-    for i in range(len(values) - 1, -1, -1):  # a context-management step takes the advantage of the step after it
-        if trajectory.steps[i].kind == "context":
-            values[i] = following
-        else:
-            following = values[i]
-    return [a for s, a in zip(trajectory.steps, values, strict=True) if s.transition is not None]
 
 
 class EvolverGRPOTrainer(GRPOTrainer):
@@ -373,72 +308,103 @@ class EvolverGRPOTrainer(GRPOTrainer):
                                   f"{first_error}")  # fmt: skip
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # type: ignore[override]
-        args, acc = self.args, self.accelerator
-        metrics = self._metrics["train"]
+        """One generation step: rollouts of this rank's tasks, advantages over every rank's, micro-batches of rows."""
         self._sync_policy()
         step = self.state.global_step
-        g = self.num_generations
-        offset = acc.process_index * len(inputs)
-        tasks = [Task.from_dict(json.loads(row["task"])) for row in inputs]
-        items = [(t, f"step{step}/{t.id}#{(offset + i) // g}", (offset + i) % g) for i, t in enumerate(tasks)]
+        offset = self.accelerator.process_index * len(inputs)  # where this rank's rollouts sit among every rank's
         started = time.perf_counter()
-        trajectories = self._run_rollouts(items)
+        trajectories = self._run_rollouts(self._rollout_items(inputs, step, offset))
         rollout_s = time.perf_counter() - started
         self._stop_if_rollouts_failed(trajectories, step)
+        self._stop_if_no_policy_call(trajectories, step)
+        trajectories = self._attribute(trajectories)
+        self.last_trajectories = trajectories
+
+        scores = gather_object([self._score(t) for t in trajectories])  # every rank's rollouts, in rank order
+        per_rollout, adv = self._advantages(scores, step)
+        mine = per_rollout[offset : offset + len(trajectories)]
+        # LangSmith (when traced): step, model version, reward, advantage and finish reason on each rollout's root
+        annotate_rollouts(self.rollout_callbacks, trajectories, mine, step=step)
+        samples = self._training_rows(self._navigate(trajectories, step), mine)
+        ranks = gather_object([RankSummary.of(trajectories, samples, self._version_steps, step)])
+        total = RankSummary.total(ranks)
+        samples = self._pad_rows(samples, max(r.samples for r in ranks))
+        if total.trained_tokens == 0 and self.accelerator.is_main_process:
+            logger.warning("step %d: no usable rollouts (%d failed, %d of %d groups zero-variance); this step has no "
+                           "gradient.", step, sum(s.reward is None for s in scores), adv.zero_variance_groups,
+                           adv.groups)  # fmt: skip
+        # what TRL's token-summed loss divides by: tokens, or calls for the sequence-normalized loss types
+        normalizer = total.transitions if self._sequence_weight is not None else total.trained_tokens
+        batches, padded = self._micro_batches(samples, torch.tensor(float(normalizer), device=self.accelerator.device),
+                                              step)  # fmt: skip
+
+        metrics = self._metrics["train"]
+        log_generation(metrics, scores, adv, total, rollout_s)
+        if self.accelerator.is_main_process and total.failed_reasons:
+            logger.warning("step %d: %d rollouts failed (left out of their groups): %s", step,
+                           metrics["rollout/failed"][-1], total.failed_reasons[:300])  # fmt: skip
+        metrics["samples/padded_tokens"].append(padded)
+        self._save_trajectories(trajectories, step)
+        metrics["rollout/time_s"].append(rollout_s)
+        return batches
+
+    def _rollout_items(self, inputs: list[dict[str, Any]], step: int, offset: int) -> list[tuple[Task, str, int]]:
+        """``(task, group id, index in its group)`` per row; TRL's sampler put a task's ``num_generations`` rows
+        next to each other across ranks, so the global row index says which group a row belongs to."""
+        g = self.num_generations
+        tasks = [Task.from_dict(json.loads(row["task"])) for row in inputs]
+        return [(t, f"step{step}/{t.id}#{(offset + i) // g}", (offset + i) % g) for i, t in enumerate(tasks)]
+
+    def _stop_if_no_policy_call(self, trajectories: list[Trajectory], step: int) -> None:
+        """Raise when rollouts ran but none called the policy (a graph that ignores the model it is given)."""
         untrainable = [t for t in trajectories if (t.metadata.get("capture") or {}).get("policy_calls") == 0]
         if trajectories and len(untrainable) == len(trajectories) and any(t.steps for t in untrainable):
             from langgraph_evolver.errors import ConfigError
 
             raise ConfigError(f"No rollout of step {step} made a call through the policy, so nothing can be "
                               f"trained. {untrainable[0].errors[0] if untrainable[0].errors else ''}")  # fmt: skip
-        trajectories = self._attribute(trajectories)
-        self.last_trajectories = trajectories
 
-        # Rewards (and step labels) of every rank's rollouts; advantages per LLM call.
-        attributing = self.judge is not None
-        local = [(t.group_id, shaped_reward(t, args.malformed_call_penalty,
-                                            policy_failure_reward=args.policy_failure_reward),
-                  _outcome(t), label_signs(t) if attributing else None) for t in trajectories]  # fmt: skip
-        everything = gather_object(local)
-        per_rollout, adv = self._advantages(everything, step)
-        # LangSmith (when traced): step, model version, reward, advantage and finish reason on each rollout's root
-        annotate_rollouts(self.rollout_callbacks, trajectories, per_rollout[offset : offset + len(trajectories)],
-                          step=step)  # fmt: skip
+    def _score(self, trajectory: Trajectory) -> RolloutScore:
+        args = self.args
+        return RolloutScore.of(trajectory, malformed_call_penalty=args.malformed_call_penalty,
+                               policy_failure_reward=args.policy_failure_reward,
+                               attributing=self.judge is not None)  # fmt: skip
+
+    def _training_rows(self, trajectories: list[Trajectory], advantages: list[list[float] | None]) -> list[Sample]:
+        """The rows of the rollouts with a signal; with none, one probe row (no gradient, the logprob gap is still
+        checked) in a padding row's place."""
         samples: list[Sample] = []
         unsignalled: list[Trajectory] = []
-        trainable = self._navigate(trajectories, step)
-        for traj, step_advs in zip(trainable, per_rollout[offset : offset + len(trajectories)], strict=True):
-            values = transition_advantages(traj, step_advs)
+        for traj, step_advantages in zip(trajectories, advantages, strict=True):
+            values = transition_advantages(traj, step_advantages)
             if values is None:
                 unsignalled.append(traj)
             else:
                 samples.extend(self._samples(traj, values))
-        if not samples:  # a row without gradient in a padding row's place: the logprob gap is still checked
+        if not samples:
             probe = probe_sample([row for traj in unsignalled for row in self._samples(traj, 0.0)])
             if probe is not None:
                 samples.append(probe)
-        trained_tokens = sum(s.trained_tokens for s in samples)
-        trained_calls = sum(s.transitions for s in samples if s.trained_tokens)
-        counts = gather_object([(len(samples), trained_tokens, trained_calls)])
-        rows = max(max(c for c, *_ in counts), 1)
-        rows = math.ceil(rows / args.steps_per_generation) * args.steps_per_generation
-        pad_id = self._tokenizer.pad_token_id
-        samples += [padding_sample(pad_id, self.epsilon_high) for _ in range(rows - len(samples))]
-        global_tokens = sum(t for _, t, _ in counts)
-        if global_tokens == 0 and acc.is_main_process:
-            logger.warning("step %d: no usable rollouts (%d failed, %d of %d groups zero-variance); this step has no "
-                           "gradient.", step, sum(r is None for _, r, *_ in everything), adv.zero_variance_groups,
-                           adv.groups)  # fmt: skip
+        return samples
 
-        # what TRL's token-summed loss divides by: tokens, or calls for the sequence-normalized loss types
-        normalizer = sum(c for *_, c in counts) if self._sequence_weight is not None else global_tokens
-        num_items = torch.tensor(float(normalizer), device=acc.device)
+    def _pad_rows(self, samples: list[Sample], busiest: int) -> list[Sample]:
+        """Fully masked rows up to the busiest rank's row count, rounded up to whole micro-batches: every rank
+        runs the same number of forward passes."""
+        rows = math.ceil(max(busiest, 1) / self.args.steps_per_generation) * self.args.steps_per_generation
+        return samples + [padding_sample(self._tokenizer.pad_token_id, self.epsilon_high)
+                          for _ in range(rows - len(samples))]  # fmt: skip
+
+    def _micro_batches(self, samples: list[Sample], num_items: torch.Tensor, step: int) -> tuple[list[Any], int]:
+        """The ``steps_per_generation`` micro-batches (each a list of sub-batches under
+        ``max_tokens_per_microbatch``), and the tokens they compute, padding included."""
+        args, device = self.args, self.accelerator.device
+        pad_id = self._tokenizer.pad_token_id
         computed = 0
 
         def build(chunk: list[Sample]) -> dict[str, Any]:
             nonlocal computed
             computed += padded_tokens(chunk)
-            return self._finish_batch({k: v.to(acc.device) for k, v in collate(chunk, pad_id).items()}, num_items)
+            return self._finish_batch({k: v.to(device) for k, v in collate(chunk, pad_id).items()}, num_items)
 
         seed = args.seed * 1_000_003 + step
         if args.max_tokens_per_microbatch:
@@ -446,32 +412,30 @@ class EvolverGRPOTrainer(GRPOTrainer):
             # Every rank runs as many passes as the busiest slot of any rank (ZeRO-3 gathers per pass), and pass i
             # of slot j has the same number of rows on every rank (TRL's loss gathers per-row metrics): the
             # shorter ones get fully masked padding rows.
-            passes = max(gather_object([max(len(slot) for slot in slots)]))
+            ranks = gather_object([[[len(sub) for sub in slot] for slot in slots]])
+            passes = max(len(slot) for rank in ranks for slot in rank)
+
+            def rows(j: int, i: int) -> int:
+                return max(max(rank[j][i] if i < len(rank[j]) else 0 for rank in ranks), 1)
+
             plan = [[list(sub) for sub in slot] + [[] for _ in range(passes - len(slot))] for slot in slots]
-            counts_by_rank = gather_object([[[len(sub) for sub in slot] for slot in plan]])
             batches: list[Any] = [
-                [build(sub + [padding_sample(pad_id, self.epsilon_high)
-                              for _ in range(max(max(r[j][i] for r in counts_by_rank), 1) - len(sub))])
+                [build(sub + [padding_sample(pad_id, self.epsilon_high) for _ in range(rows(j, i) - len(sub))])
                  for i, sub in enumerate(slot)]
                 for j, slot in enumerate(plan)
             ]  # fmt: skip
-            metrics["samples/forward_passes"].append(passes * args.steps_per_generation)
-        else:
-            chunks = length_grouped_chunks(samples, args.steps_per_generation)
-            if args.steps_per_generation > args.gradient_accumulation_steps:
-                # several optimizer steps per generation: which length bucket each one sees is random, not sorted
-                random.Random(seed).shuffle(chunks)
-            batches = [build(chunk) for chunk in chunks]
-            if self.loss_type == "bnpo":  # a micro-batch of padding rows only must not count in bnpo's divisor
-                live = [bool(b["tool_mask"].any()) for b in batches]
-                for b, scale in zip(batches, live_window_scales(live, args.gradient_accumulation_steps), strict=True):
-                    b["loss_scale"] = torch.tensor(scale, device=acc.device)
-
-        self._log_generation(everything, adv, trajectories, samples, rollout_s, step)
-        self._metrics["train"]["samples/padded_tokens"].append(computed)
-        self._save_trajectories(trajectories, step)
-        metrics["rollout/time_s"].append(rollout_s)
-        return batches
+            self._metrics["train"]["samples/forward_passes"].append(passes * args.steps_per_generation)
+            return batches, computed
+        chunks = length_grouped_chunks(samples, args.steps_per_generation)
+        if args.steps_per_generation > args.gradient_accumulation_steps:
+            # several optimizer steps per generation: which length bucket each one sees is random, not sorted
+            random.Random(seed).shuffle(chunks)
+        batches = [build(chunk) for chunk in chunks]
+        if self.loss_type == "bnpo":  # a micro-batch of padding rows only must not count in bnpo's divisor
+            live = [bool(b["tool_mask"].any()) for b in batches]
+            for b, scale in zip(batches, live_window_scales(live, args.gradient_accumulation_steps), strict=True):
+                b["loss_scale"] = torch.tensor(scale, device=device)
+        return batches, computed
 
     def _finish_batch(self, batch: dict[str, Any], num_items: torch.Tensor) -> dict[str, Any]:
         """What a collated micro-batch needs besides its rows: the loss normalizer, the endpoint's logprobs under
@@ -569,10 +533,10 @@ class EvolverGRPOTrainer(GRPOTrainer):
             threading.Thread(target=write_langsmith_feedback, args=(labelled,), daemon=True).start()
         return labelled
 
-    def _advantages(self, everything: list, step: int) -> tuple[list[list[float] | None], Any]:
+    def _advantages(self, scores: list[RolloutScore], step: int) -> tuple[list[list[float] | None], Any]:
         """Per rollout: GRPO's one advantage (as a 1-list), or ADCA's one per step."""
-        rewards = [r for _, r, *_ in everything]
-        groups = [gid for gid, *_ in everything]
+        rewards = [s.reward for s in scores]
+        groups = [s.group_id for s in scores]
         settings = self.args.attribution_settings
         if self.judge is None:
             adv = group_advantages(rewards, groups, scale=self.args.scale_rewards)
@@ -580,11 +544,11 @@ class EvolverGRPOTrainer(GRPOTrainer):
         alpha = adca_alpha(step, alpha=settings.alpha, decay=settings.alpha_decay, cutoff=settings.cutoff)
         res = adca_advantages(
             rewards,
-            [labels for *_, labels in everything],
+            [s.labels for s in scores],  # type: ignore[misc]
             groups,
             alpha=alpha,
             process_standardization=settings.process_standardization,
-        )  # type: ignore[arg-type]
+        )
         self._metrics["train"]["adca/alpha"].append(alpha)
         self._metrics["train"]["adca/no_signal_share"].append(res.no_signal_groups / res.groups if res.groups else 0.0)
         return res.step_advantages, res
@@ -727,55 +691,6 @@ class EvolverGRPOTrainer(GRPOTrainer):
                          **self.card_info)  # fmt: skip
 
     # -- logging ------------------------------------------------------------------------------------
-    def _log_generation(self, everything: list, adv: Any, trajectories: list[Trajectory], samples: list[Sample],
-                        rollout_s: float, step: int) -> None:  # fmt: skip
-        m = self._metrics["train"]
-        outcome = [r for _, _, r, _ in everything if r is not None]
-        shaped = [r for _, r, _, _ in everything if r is not None]
-        stats = gather_object([self._rollout_stats(trajectories, samples, step)])
-        total = {k: sum(s[k] for s in stats) if k != "failed_reasons" else "".join(s[k] for s in stats)
-                 for k in stats[0]}  # fmt: skip
-        m["reward"].append(statistics.fmean(outcome) if outcome else 0.0)
-        m["reward_std"].append(statistics.pstdev(outcome) if len(outcome) > 1 else 0.0)
-        m["reward_shaped"].append(statistics.fmean(shaped) if shaped else 0.0)
-        m["success"].append(sum(r == 1.0 for r in outcome) / len(outcome) if outcome else 0.0)
-        m["zero_variance_share"].append(adv.zero_variance_share)
-        m["frac_reward_zero_std"].append(adv.zero_variance_share)
-        m["rollout/failed"].append(sum(r is None for _, r, _, _ in everything))
-        m["rollout/policy_failures"].append(total["policy_failures"])
-        m["rollout/turns_mean"].append(total["turns"] / max(total["rollouts"], 1))
-        m["rollout/well_formed_calls"].append(1 - total["malformed"] / max(total["attempts"], 1))
-        m["rollout/per_s"].append(total["rollouts"] / max(rollout_s, 1e-9))
-        m["samples/rows"].append(total["rows"])
-        m["samples/transitions"].append(total["transitions"])
-        m["samples/trained_tokens"].append(total["trained_tokens"])
-        m["samples/row_tokens"].append(total["row_tokens"])
-        if total["staleness_n"]:
-            m["policy/staleness_mean"].append(total["staleness"] / total["staleness_n"])
-        if self.accelerator.is_main_process and total["failed_reasons"]:
-            logger.warning("step %d: %d rollouts failed (left out of their groups): %s", step,
-                           m["rollout/failed"][-1], total["failed_reasons"][:300])  # fmt: skip
-
-    def _rollout_stats(self, trajectories: list[Trajectory], samples: list[Sample], step: int) -> dict[str, Any]:
-        well_formed, attempts = well_formed_counts(trajectories)
-        turns = staleness = staleness_n = policy_failures = 0
-        reasons = ""
-        for t in trajectories:
-            turns += len(t.steps)
-            policy_failures += failure_kind(t) == "policy"
-            total, known = version_staleness(t, self._version_steps, step)
-            staleness += total
-            staleness_n += known
-            if failure_kind(t) == "infrastructure" and t.errors:
-                reasons += t.errors[-1][:120] + "; "
-        real = [s for s in samples if s.trained_tokens]  # not padding or probe rows
-        return {"rollouts": len(trajectories), "turns": turns, "malformed": attempts - well_formed,
-                "attempts": attempts,
-                "rows": len(real), "transitions": sum(s.transitions for s in real),
-                "trained_tokens": sum(s.trained_tokens for s in real), "row_tokens": sum(len(s) for s in real),
-                "staleness": staleness, "staleness_n": staleness_n, "failed_reasons": reasons,
-                "policy_failures": policy_failures}  # fmt: skip
-
     def _save_trajectories(self, trajectories: list[Trajectory], step: int) -> None:
         if not self.args.save_trajectories or not self.accelerator.is_main_process:
             return

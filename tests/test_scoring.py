@@ -1,0 +1,188 @@
+"""Scoring a finished rollout (``langgraph_evolver.scoring``): failure kinds, shaped rewards, per-call advantages.
+
+No torch here: the library scores rollouts on its own; hand-computed examples.
+"""
+
+from __future__ import annotations
+
+import doctest
+from dataclasses import replace
+
+import pytest
+
+import langgraph_evolver.scoring as scoring_module
+from langgraph_evolver.advantages import group_advantages
+from langgraph_evolver.scoring import (
+    failed_rollouts,
+    failure_kind,
+    malformed_calls,
+    outcome_reward,
+    shaped_reward,
+    transition_advantages,
+    well_formed_counts,
+)
+from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
+
+TASK = Task(id="t1", env="sandbox", query="q")
+
+
+def _traj(transitions: list[Transition], *, reward: float | None = 1.0, errors: int = 0, finish: str = "final_answer",
+          messages: tuple[str, ...] = ()):  # fmt: skip
+    steps = [Step(index=i, action=Action(content="x"), transition=tr, error="bad call" if i < errors else None)
+             for i, tr in enumerate(transitions)]  # fmt: skip
+    return Trajectory(id="g/0/x", task=TASK, steps=tuple(steps), reward=reward, finish_reason=finish,  # type: ignore[arg-type]
+                      errors=messages)  # fmt: skip
+
+
+def _tr(prompt, completion, logps=None, version="v0"):
+    return Transition(prompt_ids=tuple(prompt), completion_ids=tuple(completion),
+                      logprobs=tuple(logps or [-0.5] * len(completion)), model_version=version)  # fmt: skip
+
+
+def test_docstring_examples():
+    assert doctest.testmod(scoring_module).failed == 0
+
+
+def test_shaped_reward_penalizes_malformed_calls_and_skips_failed_rollouts():
+    t = _traj([_tr([1, 2], [3]), _tr([1, 2, 3, 4], [5])], reward=1.0, errors=1)
+    assert shaped_reward(t, 0.1) == pytest.approx(0.9)
+    assert shaped_reward(_traj([_tr([1], [2])], reward=1.0, finish="error"), 0.1) is None
+    assert shaped_reward(_traj([], reward=1.0), 0.1) is None  # no LLM call recorded: nothing to train
+
+
+# What arun_episode records (langgraph_evolver.episode) for a 400 when the prompt outgrew the window.
+CONTEXT_400 = (
+    "rollout crashed: BadRequestError: Error code: 400 - {'error': {'message': \"This model's maximum context "
+    "length is 2048 tokens. However, your request has 2100 input tokens.\", 'code': 400}}"
+)
+
+
+@pytest.mark.parametrize(
+    ("messages", "kind"),
+    [
+        ((CONTEXT_400,), "policy"),
+        (
+            ("rollout crashed: GraphRecursionError: Recursion limit of 100 reached without hitting a stop condition",),
+            "policy",
+        ),  # fmt: skip
+        (("rollout crashed: APIConnectionError: Connection error.",), "infrastructure"),
+        (("environment reset failed: EnvironmentFailure: service at http://env:8100 unreachable",), "infrastructure"),
+        ((CONTEXT_400, "evaluation failed: EnvironmentFailure: instance expired"), "infrastructure"),
+        (("rollout crashed: InternalServerError: Error code: 500",), "infrastructure"),
+    ],
+)
+def test_policy_failures_are_scored_and_infrastructure_failures_left_out(messages, kind):
+    t = _traj([_tr([1, 2], [3]), _tr([1, 2, 3, 4], [5])], reward=1.0, errors=1, finish="error", messages=messages)
+    assert failure_kind(t) == kind
+    if kind == "policy":  # 0 minus the penalty, whatever the environment said after the crash
+        assert shaped_reward(t, 0.1) == pytest.approx(-0.1)
+        assert shaped_reward(t, 0.1, policy_failure_reward=-0.5) == pytest.approx(-0.6)
+    else:
+        assert shaped_reward(t, 0.1) is None
+    assert failure_kind(_traj([_tr([1], [2])])) is None
+
+
+def test_a_context_length_failure_gets_a_negative_advantage_in_its_group():
+    ok = _traj([_tr([1], [2])], reward=0.5)
+    blown = _traj([_tr([1], [2])], reward=None, finish="error", messages=(CONTEXT_400,))
+    down = _traj([_tr([1], [2])], reward=None, finish="error", messages=("rollout crashed: APIConnectionError: x",))
+    rewards = [shaped_reward(t, 0.1) for t in (ok, blown, down, ok)]
+    adv = group_advantages(rewards, ["a"] * 4).advantages
+    assert adv[2] is None  # the outage: left out, no advantage
+    assert adv[1] < 0 < adv[0] == adv[3]  # the policy's own failure: scored below the rollouts that finished
+
+
+def test_a_context_length_400_from_the_endpoint_is_classified_as_the_policys_failure():
+    """Through the real rollout path: a chat model that answers like an endpoint whose window is full."""
+    import asyncio
+
+    import httpx
+    import openai
+    from langchain_core.language_models import BaseChatModel
+
+    from langgraph_evolver.agent_spec import as_agent
+    from langgraph_evolver.episode import arun_episode
+
+    request = httpx.Request("POST", "http://policy/v1/chat/completions")
+    message = "This model's maximum context length is 2048 tokens. However, your request has 2100 input tokens."
+
+    class FullWindow(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "full-window"
+
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            raise openai.BadRequestError(message, response=httpx.Response(400, request=request),
+                                         body={"message": message})  # fmt: skip
+
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    model = FullWindow()
+
+    async def act(state: MessagesState) -> dict:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("act", act)
+    graph.add_edge(START, "act")
+    graph.add_edge("act", END)
+    from langgraph_evolver.environment import load_environment
+
+    task = load_environment("sandbox").list_tasks("train")[0]
+    traj = asyncio.run(arun_episode(as_agent(graph.compile()), task))
+    assert traj.finish_reason == "error" and failure_kind(traj) == "policy", traj.errors
+
+
+def test_another_models_error_is_not_the_policys_malformed_call():
+    """A helper model's 429 followed by a clean policy answer: no malformed-call penalty on the policy."""
+    from dataclasses import replace
+
+    t = _traj([_tr([1, 2], [3])], reward=1.0)
+    helper = Step(index=0, action=Action(), error="RateLimitError: Error code: 429", policy=False, model="router")
+    t = replace(t, steps=(helper, *(replace(s, index=1) for s in t.steps)))
+    assert malformed_calls(t) == 0 and shaped_reward(t, 0.1) == pytest.approx(1.0)
+    bad = Step(index=2, action=Action(content="<tool_call>{"), error="unparseable tool call")
+    assert malformed_calls(replace(t, steps=(*t.steps, bad))) == 1
+
+
+def test_outcome_reward_reports_a_policy_failure_as_zero_and_leaves_an_outage_out():
+    ok = _traj([_tr([1], [2])], reward=0.5)
+    blown = _traj([_tr([1], [2])], reward=1.0, finish="error", messages=(CONTEXT_400,))
+    down = _traj([_tr([1], [2])], reward=1.0, finish="error", messages=("rollout crashed: APIConnectionError: x",))
+    assert [outcome_reward(t) for t in (ok, blown, down)] == [0.5, 0.0, None]
+    assert failed_rollouts([ok, blown, down]) == [down]
+
+
+def test_well_formed_counts_agree_with_malformed_calls():
+    t = _traj([_tr([1], [2]), _tr([1, 2], [3]), _tr([1, 2, 3], [4])], errors=2)
+    calls = replace(t.steps[2], action=Action(tool_calls=({"name": "f", "args": {}, "id": "c1"},)))
+    t = replace(t, steps=(*t.steps[:2], calls))
+    ok, attempts = well_formed_counts([t])
+    assert (ok, attempts) == (1, 3) and attempts - ok == malformed_calls(t) == 2
+
+
+def _steps(*kinds: str, calls: tuple[bool, ...] | None = None) -> Trajectory:
+    calls = calls or (True,) * len(kinds)
+    steps = tuple(Step(index=i, action=Action(content="x"), kind=k, transition=_tr([i], [i + 1]) if c else None)
+                  for i, (k, c) in enumerate(zip(kinds, calls, strict=True)))  # fmt: skip
+    return Trajectory(id="r", task=TASK, steps=steps, reward=1.0)
+
+
+def test_transition_advantages_one_value_per_rollout_or_none_without_signal():
+    t = _steps("action", "action")
+    assert transition_advantages(t, [0.7]) == 0.7
+    assert transition_advantages(t, None) is None
+    assert transition_advantages(t, [0.0, 0.0]) is None  # all zero: nothing to learn
+
+
+def test_transition_advantages_per_call_and_context_steps_take_the_next_steps_value():
+    t = _steps("action", "context", "context", "action", "context")
+    assert transition_advantages(t, [1.0, 2.0, 3.0, 4.0, 5.0]) == [1.0, 4.0, 4.0, 4.0, 5.0]  # the last keeps its own
+    # a step without an LLM call (a failed call) has no transition: its advantage is dropped
+    t = _steps("action", "action", "action", calls=(True, False, True))
+    assert transition_advantages(t, [1.0, 2.0, 3.0]) == [1.0, 3.0]
+    with pytest.raises(ValueError, match="2 step advantages for the 3 steps of r"):
+        transition_advantages(t, [1.0, 2.0])
