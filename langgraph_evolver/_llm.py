@@ -1,5 +1,9 @@
-"""What every LLM role (the attribution judge, the experience extractor) shares: one bounded,
-retried conversation with a chat model, and the small helpers around it.
+"""What every LLM role (the judges, the experience extractor, the task synthesizer) shares: one
+bounded, retried conversation with a chat model, the settings that shape it, and small helpers.
+
+``LLMSettings`` holds a role's retry, concurrency, timeout and token-price settings; every role
+takes one as ``settings=`` (and still takes the single keywords, which override it), and
+``LLMRole`` gives the role the settings' attributes, its per-loop concurrency bound and ``_ask_model``.
 
 ``ask_with_retries`` asks, parses the answer, and on an unreadable answer follows up with a
 message saying what was missing; exceptions and timeouts are retried too. Every retry waits
@@ -27,17 +31,22 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from .errors import ConfigError
 
 __all__ = [
+    "UNSET",
     "CallTally",
+    "LLMRole",
+    "LLMSettings",
     "VerdictTally",
     "JsonlCache",
     "LoopSemaphores",
     "ask_with_retries",
+    "ask_with_settings",
     "check_template",
     "init_model",
     "json_values",
     "make_cache",
     "message_text",
     "model_id",
+    "resolve_settings",
     "run_sync",
     "strip_think",
     "usage_of",
@@ -276,3 +285,162 @@ async def ask_with_retries(
         problem = problem_of(text)
         messages = [*messages, AIMessage(text), HumanMessage(retry_message(text))]
     return None, problem
+
+
+class _Unset:
+    """The default of a role's old single keywords: "not given", so ``settings`` decides."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMSettings:
+    """How an LLM role talks to its model: retries, concurrency, timeout and token prices.
+
+    Every LLM role (``LLMJudge``, ``ReferenceAwareJudge``, ``LLMExtractor``, ``LLMSynthesizer``,
+    ``arefine_profile``) takes one as ``settings=``. Each role has its own defaults (its
+    ``DEFAULT_SETTINGS``); the role's single keywords (``max_retries=``, ...) still work and
+    override the matching field.
+
+    Example:
+        >>> fast = LLMSettings(max_retries=1, timeout_s=None)
+        >>> fast.replace(max_concurrency=2).max_concurrency, fast.max_retries
+        (2, 1)
+        >>> LLMSettings(max_concurrency=0)
+        Traceback (most recent call last):
+        ...
+        langgraph_evolver.errors.ConfigError: max_concurrency must be >= 1, got 0.
+    """
+
+    max_concurrency: int = 8
+    """Most model calls in flight at once for the role (per event loop, across all its callers)."""
+    max_retries: int = 3
+    """Extra attempts after the first when an answer is unreadable or the call fails."""
+    backoff_s: float = 1.0
+    """Wait before the first retry; doubled for each further retry."""
+    max_backoff_s: float = 30.0
+    """Cap on one wait."""
+    timeout_s: float | None = 60.0
+    """Per-call timeout in seconds (``None``: none)."""
+    price_per_1k_input: float = 0.0
+    """Dollars per 1,000 input tokens, for the roles that report ``cost_usd``."""
+    price_per_1k_output: float = 0.0
+    """Dollars per 1,000 output tokens."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {self.max_concurrency}.")
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}.")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ConfigError(
+                f"backoff_s and max_backoff_s must be >= 0, got {self.backoff_s} and {self.max_backoff_s}."
+            )
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0 or None, got {self.timeout_s}.")
+        if self.price_per_1k_input < 0 or self.price_per_1k_output < 0:
+            raise ConfigError("Token prices must be >= 0.")
+
+    def replace(self, **changes: Any) -> LLMSettings:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def cost(self, tally: CallTally) -> float:
+        """Dollars spent on the tokens counted in ``tally``."""
+        return tally.cost(self.price_per_1k_input, self.price_per_1k_output)
+
+
+def resolve_settings(settings: LLMSettings | None, defaults: LLMSettings, /, **keywords: Any) -> LLMSettings:
+    """``settings`` (else the role's ``defaults``) with every keyword that was given applied on top.
+
+    Example:
+        >>> resolve_settings(None, LLMSettings(max_retries=2), max_retries=UNSET, timeout_s=None).timeout_s is None
+        True
+    """
+    if settings is not None and not isinstance(settings, LLMSettings):
+        raise ConfigError(f"settings must be an LLMSettings, got a {type(settings).__name__}.")
+    base = settings if settings is not None else defaults
+    given = {name: value for name, value in keywords.items() if value is not UNSET}
+    return base.replace(**given) if given else base
+
+
+class LLMRole:
+    """What an LLM role holds: its model, its ``settings``, a concurrency bound and ``_ask_model``.
+
+    A role calls ``self._use_settings(...)`` in its ``__init__``; ``max_concurrency``,
+    ``max_retries``, ``backoff_s``, ``max_backoff_s``, ``timeout_s`` and the prices read through
+    to ``settings``.
+    """
+
+    model: Any
+    settings: LLMSettings
+    _semaphores: LoopSemaphores
+    DEFAULT_SETTINGS = LLMSettings()
+
+    def _use_settings(self, settings: LLMSettings | None, **keywords: Any) -> None:
+        self.settings = resolve_settings(settings, self.DEFAULT_SETTINGS, **keywords)
+        self._semaphores = LoopSemaphores(self.settings.max_concurrency)
+
+    @property
+    def max_concurrency(self) -> int:
+        return self.settings.max_concurrency
+
+    @property
+    def max_retries(self) -> int:
+        return self.settings.max_retries
+
+    @property
+    def backoff_s(self) -> float:
+        return self.settings.backoff_s
+
+    @property
+    def max_backoff_s(self) -> float:
+        return self.settings.max_backoff_s
+
+    @property
+    def timeout_s(self) -> float | None:
+        return self.settings.timeout_s
+
+    @property
+    def price_per_1k_input(self) -> float:
+        return self.settings.price_per_1k_input
+
+    @property
+    def price_per_1k_output(self) -> float:
+        return self.settings.price_per_1k_output
+
+    async def _ask_model(
+        self,
+        prompt: str,
+        *,
+        parse: Callable[[str], T | None],
+        retry_message: Callable[[str], str],
+        problem_of: Callable[[str], str],
+        tally: CallTally,
+    ) -> tuple[T | None, str]:
+        """``ask_with_retries`` with this role's model, settings and concurrency bound."""
+        return await ask_with_settings(self.model, prompt, self.settings, parse=parse, retry_message=retry_message,
+                                       problem_of=problem_of, semaphores=self._semaphores, tally=tally)  # fmt: skip
+
+
+async def ask_with_settings(
+    model: Any,
+    prompt: str,
+    settings: LLMSettings,
+    *,
+    parse: Callable[[str], T | None],
+    retry_message: Callable[[str], str],
+    problem_of: Callable[[str], str],
+    semaphores: LoopSemaphores,
+    tally: CallTally,
+) -> tuple[T | None, str]:
+    """``ask_with_retries`` with the retry and timeout fields of ``settings``."""
+    return await ask_with_retries(
+        model, prompt, parse=parse, retry_message=retry_message, problem_of=problem_of,
+        max_retries=settings.max_retries, backoff_s=settings.backoff_s, max_backoff_s=settings.max_backoff_s,
+        timeout_s=settings.timeout_s, semaphores=semaphores, tally=tally,
+    )  # fmt: skip

@@ -40,9 +40,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
 
 from langgraph_evolver._llm import (
+    UNSET,
     CallTally,
-    LoopSemaphores,
-    ask_with_retries,
+    LLMRole,
+    LLMSettings,
     check_template,
     make_cache,
     model_id,
@@ -70,22 +71,19 @@ Cache = MutableMapping[str, list[list[str]]]
 """cache key -> one ``[label, reason]`` per step, in step order."""
 
 
-class LLMJudge:
+class LLMJudge(LLMRole):
     """Labels every step of a trajectory GOOD or BAD with one chat-model call (plus retries).
 
     Args:
         model: Any LangChain chat model (hosted, vLLM or another OpenAI-compatible endpoint).
-        max_concurrency: Most model calls in flight at once for this judge.
-        max_retries: Extra attempts after the first when the answer leaves steps unlabelled or
-            the call fails; then the trajectory falls back to outcome-only.
-        backoff_s: Wait before the first retry; doubled for each further retry.
-        max_backoff_s: Cap on one wait.
-        timeout_s: Per-call timeout in seconds (``None``: none).
+        settings: Retries, concurrency, timeout and token prices (``LLMSettings``; default
+            ``LLMJudge.DEFAULT_SETTINGS``). When ``max_retries`` retries leave steps unlabelled,
+            the trajectory falls back to outcome-only.
+        max_concurrency, max_retries, backoff_s, max_backoff_s, timeout_s, price_per_1k_input,
+            price_per_1k_output: Single ``LLMSettings`` fields; each one given overrides ``settings``.
         max_observation_chars: Each step's action and observation are trimmed to this length.
         cache: ``True`` (in memory, this judge's lifetime), a mapping to share, a JSONL file path
             to persist verdicts across runs, or ``None``/``False`` for no cache.
-        price_per_1k_input: Dollars per 1,000 input tokens, for ``cost_usd``.
-        price_per_1k_output: Dollars per 1,000 output tokens.
         success_threshold: A reward at or above it means the task succeeded.
         prompt: The attribution prompt (fields: see ``prompts.py``).
         success_rules: ``{rules}`` when the outcome succeeded or is unknown.
@@ -95,19 +93,22 @@ class LLMJudge:
         name: Overrides the judge's name (default ``"llm:<model>"``).
     """
 
+    DEFAULT_SETTINGS = LLMSettings(max_concurrency=8, max_retries=3, timeout_s=60.0)
+
     def __init__(
         self,
         model: BaseChatModel | Runnable,
         *,
-        max_concurrency: int = 8,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        max_backoff_s: float = 30.0,
-        timeout_s: float | None = 60.0,
+        settings: LLMSettings | None = None,
+        max_concurrency: int = UNSET,
+        max_retries: int = UNSET,
+        backoff_s: float = UNSET,
+        max_backoff_s: float = UNSET,
+        timeout_s: float | None = UNSET,
         max_observation_chars: int = 400,
         cache: bool | MutableMapping[str, Any] | str | Path | None = True,
-        price_per_1k_input: float = 0.0,
-        price_per_1k_output: float = 0.0,
+        price_per_1k_input: float = UNSET,
+        price_per_1k_output: float = UNSET,
         success_threshold: float = 1.0,
         prompt: str = DEFAULT_ATTRIBUTION_PROMPT,
         success_rules: str = DEFAULT_SUCCESS_RULES,
@@ -118,28 +119,14 @@ class LLMJudge:
     ) -> None:
         if not hasattr(model, "ainvoke"):
             raise ConfigError(f"LLMJudge needs a LangChain chat model, got {type(model).__name__}.")
-        if max_concurrency < 1:
-            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}.")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be >= 0, got {max_retries}.")
-        if backoff_s < 0 or max_backoff_s < 0:
-            raise ConfigError(f"backoff_s and max_backoff_s must be >= 0, got {backoff_s} and {max_backoff_s}.")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be > 0 or None, got {timeout_s}.")
-        if price_per_1k_input < 0 or price_per_1k_output < 0:
-            raise ConfigError("Token prices must be >= 0.")
+        self._use_settings(settings, max_concurrency=max_concurrency, max_retries=max_retries, backoff_s=backoff_s,
+                           max_backoff_s=max_backoff_s, timeout_s=timeout_s, price_per_1k_input=price_per_1k_input,
+                           price_per_1k_output=price_per_1k_output)  # fmt: skip
         check_template("prompt", prompt, ATTRIBUTION_PROMPT_FIELDS)
         check_template("retry_prompt", retry_prompt, RETRY_PROMPT_FIELDS)
         check_template("step_format", step_format, STEP_FORMAT_FIELDS)
         self.model = model
-        self.max_concurrency = max_concurrency
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.timeout_s = timeout_s
         self.max_observation_chars = max_observation_chars
-        self.price_per_1k_input = price_per_1k_input
-        self.price_per_1k_output = price_per_1k_output
         self.success_threshold = success_threshold
         self.prompt, self.retry_prompt, self.step_format = prompt, retry_prompt, step_format
         self.success_rules, self.failure_rules = success_rules, failure_rules
@@ -149,7 +136,6 @@ class LLMJudge:
         identity = json.dumps([self.name, prompt, success_rules, failure_rules, retry_prompt, step_format,
                                max_observation_chars, success_threshold])  # fmt: skip
         self._identity = hashlib.sha256(identity.encode()).hexdigest()
-        self._semaphores = LoopSemaphores(max_concurrency)
         self._inflight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future]] = (
             weakref.WeakKeyDictionary()
         )
@@ -242,17 +228,15 @@ class LLMJudge:
             found.update(parse_labels(text, n))  # labels are merged across attempts
             return found if not missing() else None
 
-        _, problem = await ask_with_retries(
-            self.model, prompt, parse=all_labels,
+        _, problem = await self._ask_model(
+            prompt, parse=all_labels,
             retry_message=lambda text: self.retry_prompt.format(missing=", ".join(map(str, missing())), num_steps=n),
-            problem_of=lambda text: f"no label for step(s) {missing()} (last answer: {text[:200]!r})",
-            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
-            timeout_s=self.timeout_s, semaphores=self._semaphores, tally=tally,
+            problem_of=lambda text: f"no label for step(s) {missing()} (last answer: {text[:200]!r})", tally=tally,
         )  # fmt: skip
         fields: dict[str, Any] = {
             "attempts": tally.attempts, "latency_s": time.perf_counter() - started - tally.waited_s,
             "input_tokens": tally.input_tokens, "output_tokens": tally.output_tokens,
-            "cost_usd": tally.cost(self.price_per_1k_input, self.price_per_1k_output),
+            "cost_usd": self.settings.cost(tally),
         }  # fmt: skip
         if len(found) < n:
             error = f"judge failed after {tally.attempts} attempt(s): {problem}"

@@ -11,7 +11,8 @@ When ``max_retries`` retries do not give a readable answer, the task is a counte
 (``TaskExtraction.error`` set, ``stats.fallbacks`` counts it): it yields no experiences, and
 nothing raises. A failed validation is a fallback too: unvalidated candidates are not stored.
 
-Model calls are bounded by ``concurrency`` per extractor (across all tasks on one event loop).
+Model calls are bounded by ``settings.max_concurrency`` (the ``concurrency`` keyword) per extractor
+(across all tasks on one event loop).
 Tokens come from each reply's ``usage_metadata`` (or ``response_metadata["token_usage"]``);
 ``price_per_1k_input``/``price_per_1k_output`` turn them into ``cost_usd``.
 
@@ -37,9 +38,10 @@ from typing import Any, TypeVar
 from langchain_core.language_models import BaseChatModel
 
 from langgraph_evolver._llm import (
+    UNSET,
     CallTally,
-    LoopSemaphores,
-    ask_with_retries,
+    LLMRole,
+    LLMSettings,
     check_template,
     init_model,
     json_values,
@@ -139,46 +141,47 @@ def parse_scores(text: str, num_candidates: int) -> dict[int, tuple[float, str]]
     return {n: v for n, v in sorted(out.items()) if 1 <= n <= num_candidates}
 
 
-class LLMExtractor:
+class LLMExtractor(LLMRole):
     """Distils experiences from one task's rollouts with a chat model, then validates them (two calls, plus retries).
 
     Args:
         model: Any LangChain chat model, or a model string for ``init_chat_model``
             (``"openai:gpt-4.1-mini"``; endpoint settings in ``model_kwargs``).
-        max_retries: Extra attempts after the first when an answer is unreadable or the call
-            fails; then the task is a counted fallback with no experiences.
-        concurrency: Most model calls in flight at once for this extractor.
+        settings: Retries, concurrency, timeout and token prices (``LLMSettings``; default
+            ``LLMExtractor.DEFAULT_SETTINGS``). When ``max_retries`` retries give no readable
+            answer, the task is a counted fallback with no experiences.
+        max_retries, concurrency (``settings.max_concurrency``), backoff_s, max_backoff_s, timeout_s,
+            price_per_1k_input, price_per_1k_output: Single ``LLMSettings`` fields; each one given
+            overrides ``settings``.
         validate: Score every candidate with a second call (``min_score`` then drops the weak
             ones); ``False`` keeps them unscored (``score=1.0``, ``metadata["validated"]=False``).
         max_rollouts: Most successful and most failed rollouts shown per task (each).
         success_threshold: A reward at or above it marks a successful rollout.
-        backoff_s: Wait before the first retry; doubled for each further retry.
-        max_backoff_s: Cap on one wait.
-        timeout_s: Per-call timeout in seconds (``None``: none).
         max_observation_chars: Each step's action and observation are trimmed to this length.
-        price_per_1k_input: Dollars per 1,000 input tokens, for ``cost_usd``.
-        price_per_1k_output: Dollars per 1,000 output tokens.
         prompt, validation_prompt, retry_prompt, validation_retry_prompt: The templates (see ``prompts.py``).
         comparison_instructions, success_only_instructions, failure_only_instructions: ``{comparison}``.
         model_kwargs: Keyword arguments for ``init_chat_model`` when ``model`` is a string.
         name: Overrides the extractor's name (default ``"llm:<model>"``).
     """
 
+    DEFAULT_SETTINGS = LLMSettings(max_concurrency=8, max_retries=2, timeout_s=120.0)
+
     def __init__(
         self,
         model: str | BaseChatModel,
         *,
-        max_retries: int = 2,
-        concurrency: int = 8,
+        settings: LLMSettings | None = None,
+        max_retries: int = UNSET,
+        concurrency: int = UNSET,
         validate: bool = True,
         max_rollouts: int = 2,
         success_threshold: float = 1.0,
-        backoff_s: float = 1.0,
-        max_backoff_s: float = 30.0,
-        timeout_s: float | None = 120.0,
+        backoff_s: float = UNSET,
+        max_backoff_s: float = UNSET,
+        timeout_s: float | None = UNSET,
         max_observation_chars: int = 300,
-        price_per_1k_input: float = 0.0,
-        price_per_1k_output: float = 0.0,
+        price_per_1k_input: float = UNSET,
+        price_per_1k_output: float = UNSET,
         prompt: str = DEFAULT_EXTRACTION_PROMPT,
         validation_prompt: str = DEFAULT_VALIDATION_PROMPT,
         retry_prompt: str = DEFAULT_EXTRACTION_RETRY_PROMPT,
@@ -194,24 +197,19 @@ class LLMExtractor:
         if not hasattr(model, "ainvoke"):
             got = type(model).__name__
             raise ConfigError(f"LLMExtractor needs a LangChain chat model or a model string, got a {got}.")
-        for option, value, low in (("max_retries", max_retries, 0), ("concurrency", concurrency, 1),
-                                   ("max_rollouts", max_rollouts, 1)):  # fmt: skip
-            if value < low:
-                raise ConfigError(f"{option} must be >= {low}, got {value}.")
-        if backoff_s < 0 or max_backoff_s < 0 or price_per_1k_input < 0 or price_per_1k_output < 0:
-            raise ConfigError("backoff_s, max_backoff_s and token prices must be >= 0.")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be > 0 or None, got {timeout_s}.")
+        self._use_settings(settings, max_concurrency=concurrency, max_retries=max_retries, backoff_s=backoff_s,
+                           max_backoff_s=max_backoff_s, timeout_s=timeout_s, price_per_1k_input=price_per_1k_input,
+                           price_per_1k_output=price_per_1k_output)  # fmt: skip
+        if max_rollouts < 1:
+            raise ConfigError(f"max_rollouts must be >= 1, got {max_rollouts}.")
         check_template("prompt", prompt, EXTRACTION_PROMPT_FIELDS)
         check_template("validation_prompt", validation_prompt, VALIDATION_PROMPT_FIELDS)
         check_template("retry_prompt", retry_prompt, EXTRACTION_RETRY_PROMPT_FIELDS)
         check_template("validation_retry_prompt", validation_retry_prompt, VALIDATION_RETRY_PROMPT_FIELDS)
         self.model = model
-        self.max_retries, self.concurrency, self.validate = max_retries, concurrency, validate
+        self.validate = validate
         self.max_rollouts, self.success_threshold = max_rollouts, success_threshold
-        self.backoff_s, self.max_backoff_s, self.timeout_s = backoff_s, max_backoff_s, timeout_s
         self.max_observation_chars = max_observation_chars
-        self.price_per_1k_input, self.price_per_1k_output = price_per_1k_input, price_per_1k_output
         self.prompt, self.validation_prompt = prompt, validation_prompt
         self.retry_prompt, self.validation_retry_prompt = retry_prompt, validation_retry_prompt
         self.comparison_instructions = comparison_instructions
@@ -219,7 +217,11 @@ class LLMExtractor:
         self.failure_only_instructions = failure_only_instructions
         self.name = name or f"llm:{model_id(model)}"
         self.stats = ExtractorStats()
-        self._semaphores = LoopSemaphores(concurrency)
+
+    @property
+    def concurrency(self) -> int:
+        """``settings.max_concurrency``."""
+        return self.settings.max_concurrency
 
     def __repr__(self) -> str:
         return f"LLMExtractor(name={self.name!r}, concurrency={self.concurrency}, validate={self.validate})"
@@ -292,7 +294,7 @@ class LLMExtractor:
         fields: dict[str, Any] = {
             "task_id": task_id, "extractor": self.name, "attempts": tally.attempts,
             "input_tokens": tally.input_tokens, "output_tokens": tally.output_tokens,
-            "cost_usd": tally.cost(self.price_per_1k_input, self.price_per_1k_output),
+            "cost_usd": self.settings.cost(tally),
             "latency_s": time.perf_counter() - started - tally.waited_s,
         }  # fmt: skip
         if candidates is None or (candidates and self.validate and scores is None):
@@ -327,11 +329,9 @@ class LLMExtractor:
         self, prompt: str, parse: Callable[[str], T | None], retry_message: Callable[[str], str], tally: CallTally
     ) -> tuple[T | None, str]:
         """One conversation: ask, parse, and on an unreadable answer or an error, retry; ``(None, why)`` at the end."""
-        return await ask_with_retries(
-            self.model, prompt, parse=parse, retry_message=retry_message,
-            problem_of=lambda text: f"unreadable answer {text[:200]!r}", max_retries=self.max_retries,
-            backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, timeout_s=self.timeout_s,
-            semaphores=self._semaphores, tally=tally,
+        return await self._ask_model(
+            prompt, parse=parse, retry_message=retry_message,
+            problem_of=lambda text: f"unreadable answer {text[:200]!r}", tally=tally,
         )  # fmt: skip
 
 

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_evolver._llm import (
+    UNSET,
     CallTally,
-    LoopSemaphores,
+    LLMRole,
+    LLMSettings,
     VerdictTally,
-    ask_with_retries,
     check_template,
     json_values,
     make_cache,
@@ -159,16 +160,15 @@ def _banded(achieved: bool, score: int) -> tuple[int, bool]:
     return clamped, clamped != score
 
 
-class ReferenceAwareJudge:
+class ReferenceAwareJudge(LLMRole):
     """Scores a trajectory against its task's reference solution (0-100 in bands; reward = score/100).
 
     Args:
         model: any LangChain chat model (hosted, vLLM, another OpenAI-compatible endpoint).
-        max_concurrency: most model calls in flight at once for this judge (per event loop).
-        max_retries: extra attempts after an unreadable answer or a failed call.
-        backoff_s: wait before the first retry; doubled for each further retry.
-        max_backoff_s: cap on one wait.
-        timeout_s: per-call timeout (``None``: none).
+        settings: retries, concurrency and timeout (``LLMSettings``; default
+            ``ReferenceAwareJudge.DEFAULT_SETTINGS``).
+        max_concurrency, max_retries, backoff_s, max_backoff_s, timeout_s: single ``LLMSettings``
+            fields; each one given overrides ``settings``.
         max_observation_chars: each step's action and observation are trimmed to this length.
         cache: ``True`` (memory), a mapping, a JSONL file path (persists across runs), or ``None``.
         fallback_reward: the reward when the judge gives no readable answer (counted in ``stats``).
@@ -176,15 +176,18 @@ class ReferenceAwareJudge:
         name: overrides the judge's name (default ``"reference:<model>"``).
     """
 
+    DEFAULT_SETTINGS = LLMSettings(max_concurrency=8, max_retries=3, timeout_s=60.0)
+
     def __init__(
         self,
         model: Any,
         *,
-        max_concurrency: int = 8,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        max_backoff_s: float = 30.0,
-        timeout_s: float | None = 60.0,
+        settings: LLMSettings | None = None,
+        max_concurrency: int = UNSET,
+        max_retries: int = UNSET,
+        backoff_s: float = UNSET,
+        max_backoff_s: float = UNSET,
+        timeout_s: float | None = UNSET,
         max_observation_chars: int = 400,
         cache: bool | MutableMapping[str, Any] | str | Path | None = True,
         fallback_reward: float = 0.0,
@@ -193,16 +196,12 @@ class ReferenceAwareJudge:
     ) -> None:
         if not hasattr(model, "ainvoke"):
             raise ConfigError(f"ReferenceAwareJudge needs a LangChain chat model, got {type(model).__name__}.")
-        if max_concurrency < 1 or max_retries < 0:
-            raise ConfigError(
-                f"max_concurrency must be >= 1 and max_retries >= 0, got {max_concurrency}, {max_retries}."
-            )
+        self._use_settings(settings, max_concurrency=max_concurrency, max_retries=max_retries, backoff_s=backoff_s,
+                           max_backoff_s=max_backoff_s, timeout_s=timeout_s)  # fmt: skip
         if not 0.0 <= fallback_reward <= 1.0:
             raise ConfigError(f"fallback_reward must be in [0, 1], got {fallback_reward}.")
         check_template("prompt", prompt, REFERENCE_PROMPT_FIELDS)
         self.model = model
-        self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
-        self.timeout_s = timeout_s
         self.max_observation_chars = max_observation_chars
         self.fallback_reward = fallback_reward
         self.prompt = prompt
@@ -211,7 +210,6 @@ class ReferenceAwareJudge:
         self.stats = ReferenceAwareJudgeStats()
         identity = json.dumps([self.name, prompt, max_observation_chars])
         self._identity = hashlib.sha256(identity.encode()).hexdigest()
-        self._semaphores = LoopSemaphores(max_concurrency)
 
     def __repr__(self) -> str:
         return f"ReferenceAwareJudge(name={self.name!r}, max_retries={self.max_retries})"
@@ -246,11 +244,9 @@ class ReferenceAwareJudge:
     async def _ask(self, prompt: str) -> JudgeScore:
         tally = CallTally()
         started = time.perf_counter()
-        parsed, problem = await ask_with_retries(
-            self.model, prompt, parse=parse_score, retry_message=lambda text: _RETRY,
-            problem_of=lambda text: f"no ACHIEVED/SCORE in the answer (last answer: {text[:200]!r})",
-            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
-            timeout_s=self.timeout_s, semaphores=self._semaphores, tally=tally,
+        parsed, problem = await self._ask_model(
+            prompt, parse=parse_score, retry_message=lambda text: _RETRY,
+            problem_of=lambda text: f"no ACHIEVED/SCORE in the answer (last answer: {text[:200]!r})", tally=tally,
         )  # fmt: skip
         fields: dict[str, Any] = {"attempts": tally.attempts, "input_tokens": tally.input_tokens,
                                   "output_tokens": tally.output_tokens,

@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langgraph_evolver._llm import CallTally, LoopSemaphores, ask_with_retries, json_values
+from langgraph_evolver._llm import (
+    UNSET,
+    CallTally,
+    LLMSettings,
+    LoopSemaphores,
+    ask_with_settings,
+    json_values,
+    resolve_settings,
+)
 
 from ..environment import Environment
 
@@ -174,25 +182,33 @@ def _corrections(text: str, known: set[str]) -> dict[str, dict[str, str]] | None
     return out
 
 
-async def arefine_profile(profile: Mapping[str, Any], model: Any, *, max_retries: int = 2) -> dict[str, Any]:
+REFINE_SETTINGS = LLMSettings(max_concurrency=1, max_retries=2, backoff_s=0.5, max_backoff_s=5.0, timeout_s=120.0)
+"""``arefine_profile``'s default ``settings``: one call at a time, two retries."""
+
+
+async def arefine_profile(
+    profile: Mapping[str, Any], model: Any, *, settings: LLMSettings | None = None, max_retries: int = UNSET
+) -> dict[str, Any]:
     """``profile`` with the operations' entity and kind corrected by ``model`` (any LangChain chat model).
 
     Only known tools, singular entity names and the kinds ``read``/``write`` are taken; the entities'
     operation lists follow the corrected operations. ``profile["refined"]`` lists what changed; on a
     model failure the profile comes back unchanged with ``profile["refine_error"]``. Never raises.
+    ``settings`` (default ``REFINE_SETTINGS``) shapes the retries; ``max_retries`` overrides it.
     """
+    chosen = resolve_settings(settings, REFINE_SETTINGS, max_retries=max_retries)
     operations = dict(profile.get("operations") or {})
     listed = "\n".join(
         f"- {name}({', '.join(op.get('arguments') or [])}): {op.get('description') or ''} "
         f"[entity: {op.get('entity')}, {op.get('kind')}]"
         for name, op in operations.items()
     )
-    fixes, problem = await ask_with_retries(
-        model, REFINE_PROMPT.format(operations=listed), parse=lambda text: _corrections(text, set(operations)),
+    fixes, problem = await ask_with_settings(
+        model, REFINE_PROMPT.format(operations=listed), chosen, parse=lambda text: _corrections(text, set(operations)),
         retry_message=lambda text: "Answer with only a JSON object, e.g. {\"archive_note\": {\"entity\": \"note\", "
                                    "\"kind\": \"write\"}}, or {}.",
-        problem_of=lambda text: f"no JSON object in the answer ({text[:120]!r})", max_retries=max_retries,
-        backoff_s=0.5, max_backoff_s=5.0, timeout_s=120.0, semaphores=LoopSemaphores(1), tally=CallTally(),
+        problem_of=lambda text: f"no JSON object in the answer ({text[:120]!r})",
+        semaphores=LoopSemaphores(chosen.max_concurrency), tally=CallTally(),
     )  # fmt: skip
     if fixes is None:
         return {**profile, "refine_error": problem}

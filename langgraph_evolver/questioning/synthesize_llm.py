@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_evolver._llm import (
+    UNSET,
     CallTally,
-    LoopSemaphores,
-    ask_with_retries,
+    LLMRole,
+    LLMSettings,
     check_template,
     json_values,
     model_id,
@@ -133,7 +134,7 @@ class SynthesisStats:
         return dataclasses.asdict(self)
 
 
-class LLMSynthesizer:
+class LLMSynthesizer(LLMRole):
     """Writes tasks from exploration trajectories with any LangChain chat model.
 
     Args:
@@ -143,10 +144,15 @@ class LLMSynthesizer:
         max_entities: distinct objects a task may involve.
         max_calls_shown: successful exploration calls shown in the prompt (the last ones).
         max_observation_chars: each shown result is trimmed to this length.
-        max_concurrency, max_retries, backoff_s, max_backoff_s, timeout_s: as the attribution judge's.
+        settings: retries, concurrency and timeout (``LLMSettings``; default
+            ``LLMSynthesizer.DEFAULT_SETTINGS``).
+        max_concurrency, max_retries, backoff_s, max_backoff_s, timeout_s: single ``LLMSettings``
+            fields; each one given overrides ``settings``.
         prompt: the synthesis prompt (fields ``calls``, ``n_tasks``, ``min_ops``, ``max_ops``,
             ``max_entities``).
     """
+
+    DEFAULT_SETTINGS = LLMSettings(max_concurrency=4, max_retries=2, timeout_s=120.0)
 
     def __init__(
         self,
@@ -158,11 +164,12 @@ class LLMSynthesizer:
         max_entities: int = 2,
         max_calls_shown: int = 20,
         max_observation_chars: int = 300,
-        max_concurrency: int = 4,
-        max_retries: int = 2,
-        backoff_s: float = 1.0,
-        max_backoff_s: float = 30.0,
-        timeout_s: float | None = 120.0,
+        settings: LLMSettings | None = None,
+        max_concurrency: int = UNSET,
+        max_retries: int = UNSET,
+        backoff_s: float = UNSET,
+        max_backoff_s: float = UNSET,
+        timeout_s: float | None = UNSET,
         prompt: str = DEFAULT_SYNTHESIS_PROMPT,
     ) -> None:
         if not hasattr(model, "ainvoke"):
@@ -170,16 +177,14 @@ class LLMSynthesizer:
         if n_tasks < 1 or not 1 <= min_ops <= max_ops:
             raise ConfigError(f"need n_tasks >= 1 and 1 <= min_ops <= max_ops; got {n_tasks}, {min_ops}, {max_ops}.")
         check_template("prompt", prompt, SYNTHESIS_PROMPT_FIELDS)
+        self._use_settings(settings, max_concurrency=max_concurrency, max_retries=max_retries, backoff_s=backoff_s,
+                           max_backoff_s=max_backoff_s, timeout_s=timeout_s)  # fmt: skip
         self.model = model
         self.n_tasks, self.min_ops, self.max_ops, self.max_entities = n_tasks, min_ops, max_ops, max_entities
         self.max_calls_shown, self.max_observation_chars = max_calls_shown, max_observation_chars
-        self.max_retries, self.backoff_s, self.max_backoff_s, self.timeout_s = (
-            max_retries, backoff_s, max_backoff_s, timeout_s
-        )  # fmt: skip
         self.prompt = prompt
         self.name = f"llm:{model_id(model)}"
         self.stats = SynthesisStats()
-        self._semaphores = LoopSemaphores(max_concurrency)
 
     def __repr__(self) -> str:
         return f"LLMSynthesizer(name={self.name!r}, n_tasks={self.n_tasks})"
@@ -205,12 +210,10 @@ class LLMSynthesizer:
         """New tasks from one exploration trajectory (``[]`` when the model gives none; never raises)."""
         self.stats.explorations += 1
         tally = CallTally()
-        parsed, problem = await ask_with_retries(
-            self.model, self.render_prompt(trajectory), parse=parse_tasks,
+        parsed, problem = await self._ask_model(
+            self.render_prompt(trajectory), parse=parse_tasks,
             retry_message=lambda text: _RETRY.format(problem="no JSON list of tasks with a query and a reference"),
-            problem_of=lambda text: f"no readable tasks (last answer: {text[:200]!r})",
-            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
-            timeout_s=self.timeout_s, semaphores=self._semaphores, tally=tally,
+            problem_of=lambda text: f"no readable tasks (last answer: {text[:200]!r})", tally=tally,
         )  # fmt: skip
         self.stats.model_calls += tally.attempts
         self.stats.input_tokens += tally.input_tokens
