@@ -53,7 +53,7 @@ from langgraph_evolver.context import ContextTemplate, SelfManagingTemplate, ama
 from langgraph_evolver.environment import list_environments, load_environment
 from langgraph_evolver.environment_tools import EnvironmentTool, current_rollout
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
-from langgraph_evolver.experience.navigate import inject_experience
+from langgraph_evolver.experience.navigate import current_block, inject_experience
 from langgraph_evolver.loading import import_modules
 from langgraph_evolver.served_graph import create_episode_graph
 from langgraph_evolver.tracing import trace_tool_calls
@@ -182,8 +182,7 @@ def create_agent_graph(
     async def retrieve_experience(state: AgentState) -> dict[str, Any]:
         """Self-navigating, visible in the graph: the block the rollout runner retrieved for this task
         (``None`` when unguided). It is injected into every policy prompt, after the template."""
-        rollout = current_rollout()
-        block = rollout.experience if rollout is not None else None
+        block = current_block()
         return {"experience": block.to_dict() if block is not None else None}
 
     async def agent(state: AgentState) -> dict[str, Any]:
@@ -192,10 +191,7 @@ def create_agent_graph(
             bound = model.bind_tools(available) if available else model
         except NotImplementedError:  # scripted test models
             bound = model
-        prompt = template(state["messages"])
-        rollout = current_rollout()
-        if rollout is not None and rollout.experience is not None:  # self-navigating: after the template
-            prompt = inject_experience(prompt, rollout.experience)
+        prompt = inject_experience(template(state["messages"]), current_block())  # self-navigating: after the template
         ai = await bound.ainvoke(prompt)
         return {"messages": [ai], "turn": state.get("turn", 0) + 1}
 

@@ -14,7 +14,7 @@ import contextvars
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, ToolException
@@ -24,6 +24,9 @@ from .context import ContextTemplate
 from .environment import Environment
 from .errors import ConfigError
 from .types import Action, Observation, StepResult, Task, ToolCall
+
+if TYPE_CHECKING:  # experience.navigate reads the rollout (current_block), so only for the annotation
+    from .experience.navigate import ExperienceBlock
 
 __all__ = ["EnvironmentTool", "Rollout", "current_rollout", "environment_tools"]
 
@@ -49,8 +52,8 @@ class Rollout:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     context_stats: list[dict[str, Any]] = field(default_factory=list)
     """Context-management steps made by ``EvolverMiddleware`` in this rollout."""
-    experience: Any = None
-    """The ``ExperienceBlock`` this rollout is guided by (self-navigating), injected into every policy prompt."""
+    experience: ExperienceBlock | None = None
+    """The block this rollout is guided by (self-navigating: ``aguide``), injected into every policy prompt."""
 
     def tool(self, name: str) -> BaseTool | None:
         return next((t for t in self.tools if t.name == name), None)

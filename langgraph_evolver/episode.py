@@ -40,6 +40,7 @@ from .capture import TrajectoryRecorder, TurnLimitReached
 from .context import ContextTemplate
 from .environment import Environment, TaskEnvironmentFactory, load_environment
 from .environment_tools import _CURRENT, Rollout, environment_tools
+from .experience.navigate import ExperienceBlock, aguide, guided_template
 from .tracing import trace_metadata
 from .types import Action, Task, Trajectory
 
@@ -102,12 +103,9 @@ async def arun_episode(
     rollout.tools = environment_tools(None, observation.tools)
     navigation: dict[str, Any] = {}
     if guided and navigator is not None:
-        try:
-            rollout.experience = await navigator.ablock_for(task, observation)
-        except Exception as e:  # a failed retrieval leaves the rollout unguided, recorded
-            errors.append(f"experience retrieval failed (rollout unguided): {type(e).__name__}: {e}")
-        block = rollout.experience
-        navigation = {"experience": {"guided": True, **(block.to_dict() if block else {"ids": [], "text": ""})}}
+        rollout.experience, navigation, retrieval_error = await aguide(navigator, task, observation)
+        if retrieval_error is not None:
+            errors.append(retrieval_error)
     config: dict[str, Any] = {
         "callbacks": _with_handler(callbacks, recorder) if capture else callbacks,
         "metadata": trace_metadata(
@@ -191,22 +189,14 @@ async def arun_episode(
 
 
 def _templated(policy: BaseChatModel | None, template: ContextTemplate | None, agent: AgentSpec,
-               block: Any = None) -> Any:  # fmt: skip
+               block: ExperienceBlock | None = None) -> Any:  # fmt: skip
     """The policy a ``build`` factory receives: one that applies the context template (and injects the
     rollout's experience block) on every prompt. Our agent does both itself."""
     if policy is None or agent.applies_context or agent.build is None or (template is None and block is None):
         return policy
     if not hasattr(policy, "context_template"):
         return policy  # not a PolicyChatModel: only EvolverMiddleware can apply templates to it
-    if block is not None:
-        from .experience.navigate import inject_experience
-
-        inner = template
-
-        def template(messages: Any, _inner: Any = inner) -> list:
-            return inject_experience(_inner(messages) if _inner is not None else list(messages), block)
-
-    return policy.model_copy(update={"context_template": template})
+    return policy.model_copy(update={"context_template": guided_template(template, block)})
 
 
 def _with_handler(callbacks: Any, recorder: TrajectoryRecorder) -> Any:

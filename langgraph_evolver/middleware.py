@@ -25,6 +25,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 
 from .environment_tools import current_rollout
+from .experience.navigate import guided_system_message
 
 __all__ = ["EvolverMiddleware"]
 
@@ -51,10 +52,7 @@ class EvolverMiddleware(AgentMiddleware):
         if rollout.context_template is not None:
             overrides["messages"] = rollout.context_template(request.messages)
         if rollout.experience is not None:  # self-navigating: the block joins the agent's system prompt
-            from .experience.navigate import inject_experience
-
-            system = [request.system_message] if request.system_message is not None else []
-            overrides["system_message"] = inject_experience(system, rollout.experience)[0]
+            overrides["system_message"] = guided_system_message(request.system_message, rollout.experience)
         return request.override(**overrides) if overrides else request
 
     def _tool_request(self, request: Any) -> Any:

@@ -22,6 +22,7 @@ from langgraph_evolver.experience import (
     inject_experience,
     prepare_for_training,
 )
+from langgraph_evolver.experience.navigate import is_guided, retrieved_ids
 from tests.test_experience_pool import HashEmbeddings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +80,9 @@ def test_guided_rollouts_beat_unguided_ones_and_training_strips_and_boosts(token
                          guided=[True, True, False, False])  # fmt: skip
     guided, unguided = trajs[:2], trajs[2:]
     assert all(t.experience_ids == ("exp-balance",) for t in guided) and all(not t.experience_ids for t in unguided)
+    for t in trajs:  # the one reading, on a trajectory and on its JSON form alike
+        assert is_guided(t) == is_guided(t.to_dict()) == (t in guided)
+        assert retrieved_ids(t) == retrieved_ids(t.to_dict()) == t.experience_ids
     assert min(t.reward for t in guided) > max(t.reward for t in unguided)
     assert all(ADVICE in tokenizer.decode(t.transitions[0].prompt_ids) for t in guided)
 
@@ -103,8 +107,22 @@ def test_boosting_needs_a_nonempty_retrieval(tokenizer, task):
     empty = Navigator(FaissExperiencePool(HashEmbeddings()), top_k=3)
     (traj,) = run_rollouts(reference_agent(), [task], policy=follower(tokenizer, task), navigator=empty, guided=[True])
     assert traj.metadata["experience"] == {"guided": True, "ids": [], "text": ""} and not traj.experience_ids
+    assert is_guided(traj) and retrieved_ids(traj) == ()  # guided, nothing retrieved
     assert epsilon_highs(traj, 1.0, epsilon_high=0.28, boost=0.6) == [0.28] * len(traj.transitions)
     assert prepare_for_training([traj], tokenizer).trajectories == [traj]
+
+
+def test_a_failed_retrieval_is_recorded_and_the_rollout_runs_unguided(tokenizer, task):
+    class Broken:
+        async def ablock_for(self, task, observation=None):
+            raise RuntimeError("pool offline")
+
+    (traj,) = run_rollouts(reference_agent(), [task], policy=follower(tokenizer, task), navigator=Broken(),
+                           guided=[True])  # fmt: skip
+    assert "experience retrieval failed (rollout unguided): RuntimeError: pool offline" in traj.errors
+    assert is_guided(traj) and retrieved_ids(traj) == ()
+    assert all(ADVICE not in tokenizer.decode(t.prompt_ids) for t in traj.transitions)
+    assert epsilon_highs(traj, 1.0, epsilon_high=0.28, boost=0.6) == [0.28] * len(traj.transitions)
 
 
 def test_the_block_reaches_create_agent_and_factory_graphs(tokenizer, task, navigator):

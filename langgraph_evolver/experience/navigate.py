@@ -6,10 +6,14 @@
   ``rewriter`` chat model, the retrieved experiences are reranked (irrelevant ones dropped) and
   rewritten into one short block of advice; a failed rewrite falls back to the plain block
   (counted in ``stats``), and a rewrite that keeps nothing leaves the rollout unguided.
+  ``aguide(navigator, task, observation)`` is the rollout runner's one call: the block, the
+  trajectory metadata that records the rollout as guided, and the error of a failed retrieval
+  (the rollout then runs unguided).
 - **Inject.** ``inject_experience(messages, block)`` appends the block to the first system
-  message of a prompt (a new system message when there is none). It is applied at prompt time
-  (our graph's ``agent`` node, ``EvolverMiddleware``, or the policy model handed to a factory),
-  after the context template, so no template can drop or compress it.
+  message of a prompt (a new system message when there is none). It is applied at prompt time,
+  after the context template, so no template can drop or compress it: our graph's ``agent``
+  node injects ``current_block()``, ``EvolverMiddleware`` the ``guided_system_message``, and the
+  policy model handed to a factory carries a ``guided_template``.
 - **Strip.** ``strip_block(transition, block, tokenizer)``: the guided prompt is decoded, the
   block (with its separator) removed and the text re-tokenized: the row trains the policy to act
   *without* the advice. Completions stay exactly as sampled; the old logprobs stay the behaviour
@@ -17,6 +21,11 @@
   trains on the guided prompt as it was.
 - **Boost.** ``epsilon_highs``: a guided call with a positive advantage and a non-empty retrieval
   gets the wider upper clip bound (0.6); every other call the normal one.
+
+One reading of a trajectory, for everything above and the trainer's figures: ``is_guided`` reads
+``metadata["experience"]["guided"]`` (set by ``aguide``, also when nothing was retrieved), and
+``retrieved_ids`` the trajectory's ``experience_ids`` (empty when unguided or nothing retrieved).
+Both accept a ``Trajectory`` or its ``to_dict()``.
 
 ``prepare_for_training`` applies strip/keep to a batch of trajectories and returns what it did,
 so the trainer has one call and the figures to log.
@@ -26,14 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from .._llm import CallTally, LoopSemaphores, ask_with_retries, strip_think
+from ..context import ContextTemplate
 from ..context.templates import pin
+from ..environment_tools import current_rollout
 from ..types import Task, Trajectory, Transition
 from .types import Experience
 
@@ -43,11 +54,18 @@ __all__ = [
     "DEFAULT_REWRITE_PROMPT",
     "ExperienceBlock",
     "Navigator",
+    "aguide",
+    "current_block",
     "epsilon_highs",
     "format_block",
+    "guided_block",
+    "guided_system_message",
+    "guided_template",
     "inject_experience",
+    "is_guided",
     "prepare_for_training",
     "retrieval_query",
+    "retrieved_ids",
     "strip_block",
 ]
 
@@ -76,6 +94,13 @@ def format_block(experiences: Sequence[Experience]) -> str:
     return "\n".join(lines)
 
 
+def _hits_block(hits: Sequence[tuple[Experience, float]], text: str | None = None) -> ExperienceBlock:
+    """The block of retrieved ``(experience, score)`` hits: ``text``, else the hits listed by ``format_block``."""
+    ids = tuple(e.id for e, _ in hits)
+    scores = tuple(round(float(s), 4) for _, s in hits)
+    return ExperienceBlock(ids=ids, text=format_block([e for e, _ in hits]) if text is None else text, scores=scores)
+
+
 def retrieval_query(task: Task, observation: Any = None) -> str:
     """The task's system and user text (the environment's opening messages), else its query."""
     messages = getattr(observation, "messages", None) or []
@@ -95,6 +120,35 @@ def inject_experience(messages: Sequence[BaseMessage], block: ExperienceBlock | 
                                               "additional_kwargs": dict(m.additional_kwargs)}))  # fmt: skip
             return out
     return [pin(SystemMessage(block.text)), *out]
+
+
+def guided_system_message(system_message: SystemMessage | None, block: ExperienceBlock) -> SystemMessage:
+    """An agent's system prompt with ``block`` appended (pinned); the block alone when it has none.
+
+    What ``EvolverMiddleware`` hands a ``create_agent`` agent's model in a guided rollout.
+    """
+    injected = inject_experience([system_message] if system_message is not None else [], block)[0]
+    return cast(SystemMessage, injected)  # the first system message, appended to, or the new one
+
+
+def guided_template(template: ContextTemplate | None, block: ExperienceBlock | None) -> ContextTemplate | None:
+    """``template`` followed by ``inject_experience(..., block)``: the block survives every template.
+
+    What the policy a ``build`` factory receives applies on every prompt; ``template`` itself without a block.
+    """
+    if block is None:
+        return template
+
+    def guided(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        return inject_experience(template(messages) if template is not None else list(messages), block)
+
+    return guided
+
+
+def current_block() -> ExperienceBlock | None:
+    """The block the running rollout is guided by (``current_rollout().experience``); ``None`` outside one."""
+    rollout = current_rollout()
+    return rollout.experience if rollout is not None else None
 
 
 DEFAULT_REWRITE_PROMPT = """An agent is about to work on this task:
@@ -156,8 +210,6 @@ class Navigator:
     _cache: dict[tuple[str, int], ExperienceBlock | None] = field(default_factory=dict)
 
     async def _rewrite(self, query: str, hits: list[tuple[Experience, float]]) -> ExperienceBlock | None:
-        plain = ExperienceBlock(ids=tuple(e.id for e, _ in hits), text=format_block([e for e, _ in hits]),
-                                scores=tuple(round(float(s), 4) for _, s in hits))  # fmt: skip
         listed = "\n".join(f"{i}. When {e.when_to_use.rstrip('.')}: {e.content}" for i, (e, _) in enumerate(hits, 1))
         prompt = self.rewrite_prompt.format(task=query, experiences=listed)
         self.stats.rewrites += 1
@@ -169,13 +221,12 @@ class Navigator:
         )  # fmt: skip
         if parsed is None:
             self.stats.rewrite_fallbacks += 1
-            return plain
+            return _hits_block(hits)
         kept, advice = parsed
         if not kept:
             self.stats.dropped_by_rewrite += 1
             return None
-        return ExperienceBlock(ids=tuple(hits[i][0].id for i in kept), text=f"{BLOCK_HEADER}\n{advice}",
-                               scores=tuple(round(float(hits[i][1]), 4) for i in kept))  # fmt: skip
+        return _hits_block([hits[i] for i in kept], text=f"{BLOCK_HEADER}\n{advice}")
 
     async def ablock_for(self, task: Task, observation: Any = None) -> ExperienceBlock | None:
         query = retrieval_query(task, observation)
@@ -188,19 +239,58 @@ class Navigator:
             if hits and self.rewriter is not None:
                 self._cache[key] = await self._rewrite(query, list(hits))
                 return self._cache[key]
-            self._cache[key] = (
-                ExperienceBlock(
-                    ids=tuple(e.id for e, _ in hits),
-                    text=format_block([e for e, _ in hits]),
-                    scores=tuple(round(float(s), 4) for _, s in hits),
-                )  # fmt: skip
-                if hits
-                else None
-            )
+            self._cache[key] = _hits_block(hits) if hits else None
         return self._cache[key]
 
     def block_for(self, task: Task, observation: Any = None) -> ExperienceBlock | None:
         return asyncio.run(self.ablock_for(task, observation))
+
+
+_KEY = "experience"
+"""The trajectory metadata key ``aguide`` writes: ``{"guided": True, "ids", "text", "scores"}``."""
+
+
+async def aguide(navigator: Navigator, task: Task, observation: Any = None
+                 ) -> tuple[ExperienceBlock | None, dict[str, Any], str | None]:  # fmt: skip
+    """Guide one rollout: ``(block, metadata, error)``.
+
+    ``block`` is what to inject (``None`` when nothing was retrieved or retrieval failed); ``metadata``
+    goes into the trajectory's metadata and records the rollout as guided (``is_guided``), with the
+    block's ids, text and scores; ``error`` says why retrieval failed (the rollout then runs unguided).
+    """
+    block: ExperienceBlock | None = None
+    error = None
+    try:
+        block = await navigator.ablock_for(task, observation)
+    except Exception as e:  # a failed retrieval leaves the rollout unguided, recorded
+        error = f"experience retrieval failed (rollout unguided): {type(e).__name__}: {e}"
+    record = block.to_dict() if block is not None else {"ids": [], "text": ""}
+    return block, {_KEY: {"guided": True, **record}}, error
+
+
+def _field(trajectory: Trajectory | Mapping[str, Any], name: str) -> Any:
+    return trajectory.get(name) if isinstance(trajectory, Mapping) else getattr(trajectory, name)
+
+
+def is_guided(trajectory: Trajectory | Mapping[str, Any]) -> bool:
+    """Whether the rollout runner guided this rollout (``metadata["experience"]["guided"]``), retrieval or not.
+
+    ``trajectory`` is a ``Trajectory`` or its ``to_dict()``.
+    """
+    record = (_field(trajectory, "metadata") or {}).get(_KEY) or {}
+    return bool(record.get("guided"))
+
+
+def retrieved_ids(trajectory: Trajectory | Mapping[str, Any]) -> tuple[str, ...]:
+    """The ids of the experiences injected into this rollout (its ``experience_ids``); empty when none were."""
+    return tuple(_field(trajectory, "experience_ids") or ())
+
+
+def guided_block(trajectory: Trajectory) -> ExperienceBlock | None:
+    """The block injected into a guided rollout that retrieved something (what stripping removes), else ``None``."""
+    if not (is_guided(trajectory) and retrieved_ids(trajectory)):
+        return None
+    return ExperienceBlock.from_dict(trajectory.metadata[_KEY])
 
 
 def strip_block(transition: Transition, block: ExperienceBlock, tokenizer: Any) -> Transition | None:
@@ -226,8 +316,7 @@ def epsilon_highs(trajectory: Trajectory, advantages: float | Sequence[float], *
     """The upper clip bound of each trained call: ``boost`` for guided calls with retrieval and a positive advantage."""
     n = len(trajectory.transitions)
     values = [float(advantages)] * n if isinstance(advantages, int | float) else [float(a) for a in advantages]
-    guided = bool((trajectory.metadata.get("experience") or {}).get("ids")) and bool(trajectory.experience_ids)
-    if boost is None or not guided:
+    if boost is None or guided_block(trajectory) is None:
         return [epsilon_high] * n
     return [boost if a > 0 else epsilon_high for a in values]
 
@@ -238,6 +327,7 @@ class PreparedBatch:
 
     trajectories: list[Trajectory]
     guided: int = 0
+    """Guided trajectories with an injected block (the ones stripped or kept)."""
     stripped: int = 0
     strip_failed: int = 0
 
@@ -250,15 +340,14 @@ def prepare_for_training(trajectories: Sequence[Trajectory], tokenizer: Any, *, 
         raise ConfigError(f"navigation mode must be 'strip' or 'keep', got {mode!r}.")
     out = PreparedBatch(trajectories=[])
     for traj in trajectories:
-        info = traj.metadata.get("experience") or {}
-        if not info.get("ids"):
+        block = guided_block(traj)
+        if block is None:
             out.trajectories.append(traj)
             continue
         out.guided += 1
         if mode == "keep":
             out.trajectories.append(traj)
             continue
-        block = ExperienceBlock.from_dict(info)
         steps = []
         for step in traj.steps:
             if step.transition is None:
