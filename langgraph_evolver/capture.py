@@ -42,7 +42,15 @@ from .context.templates import strip_thoughts
 from .errors import EvolverError
 from .types import Action, FinishReason, Step, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["POLICY_MARKER", "LLMCall", "TrajectoryRecorder", "TurnLimitReached", "calls_of", "message_text"]
+__all__ = [
+    "POLICY_MARKER",
+    "LLMCall",
+    "TrajectoryRecorder",
+    "TurnLimitReached",
+    "calls_of",
+    "message_text",
+    "subgraph_path",
+]
 
 MALFORMED_MARKER = "<tool_call>"
 logger = logging.getLogger(__name__)
@@ -206,7 +214,7 @@ class TrajectoryRecorder(BaseCallbackHandler):
                 run_id=str(run_id),
                 order=len(self.calls),
                 node=metadata.get("langgraph_node"),
-                namespace=_subgraph_path(str(metadata.get("langgraph_checkpoint_ns") or "")),
+                namespace=subgraph_path(str(metadata.get("langgraph_checkpoint_ns") or "")),
                 model=str(
                     params.get("model")
                     or params.get("model_name")
@@ -452,7 +460,7 @@ def _tool_messages(value: Any, depth: int = 0) -> list[ToolMessage]:
     return _tool_messages(update, depth + 1) if update is not None and not callable(update) else []
 
 
-def _subgraph_path(checkpoint_ns: str) -> str:
+def subgraph_path(checkpoint_ns: str) -> str:
     """``"work:<id>|executor:<id>"`` (the node's own checkpoint namespace) → ``"work"`` (its subgraph path)."""
     return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|")[:-1])
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..capture import subgraph_path
 from ..types import Action, Step, Task, ToolCall, ToolObservation, Trajectory, Transition
 
 __all__ = ["message_dict", "run_feedback_reward", "trajectory_from_trace", "user_query"]
@@ -177,10 +178,6 @@ def _tool_observation(run: Mapping[str, Any]) -> ToolObservation:
     return ToolObservation(call_id="", name=str(run.get("name")), content=_text(output))
 
 
-def _subgraph_path(checkpoint_ns: str) -> str:
-    return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|")[:-1])
-
-
 def _redacted_arguments(arguments: Any, redact: Redact) -> Any:
     if isinstance(arguments, str):
         return redact(arguments)
@@ -271,7 +268,7 @@ def trajectory_from_trace(
             error="; ".join(str(c.get("error") or "bad arguments") for c in message.get("invalid_tool_calls") or []
                             if isinstance(c, Mapping)) or None,
             llm_run_id=str(run["id"]), node=meta.get("langgraph_node"),
-            namespace=_subgraph_path(str(meta.get("langgraph_checkpoint_ns") or "")),
+            namespace=subgraph_path(str(meta.get("langgraph_checkpoint_ns") or "")),
             model=model, policy=trainable and redact is None))  # fmt: skip
     # Redacted text no longer matches the sampled token ids: such a trajectory is never a policy-gradient row.
     policy_gradient = bool(steps) and text_only == 0 and redact is None
