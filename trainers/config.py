@@ -12,6 +12,9 @@ the rows of one generation batch are cut into ``steps_per_generation`` micro-bat
 length. So ``per_device_train_batch_size`` counts *rollouts*, not rows: memory per micro-batch
 grows with turns per rollout; raise ``gradient_accumulation_steps`` (= more, smaller
 micro-batches) if a micro-batch does not fit.
+
+Why this module stays over 500 lines: it is one config dataclass whose fields' help texts are
+``--help`` and whose ``__post_init__`` checks need every field; split, neither would read whole.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ How it departs from textbook GRPO: rollouts are multi-turn (one loss row per LLM
 merged run of calls); the old logprobs are the endpoint's behaviour logprobs; failed rollouts
 and zero-variance groups give no rows (counted instead); a malformed tool call costs
 ``malformed_call_penalty`` of reward.
+
+Why this module stays over 500 lines: ``main`` is the numbered steps above in order, and its
+checks, evaluations and end-of-run report sit beside it so the script reads top to bottom.
 """
 
 from __future__ import annotations
