@@ -23,10 +23,12 @@ from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservatio
 
 from ..environment import Environment
 from .profile import WRITE_VERBS, tool_entity, tool_verb
+from .prompts import DEFAULT_EXPLORE_GOAL
 
 __all__ = ["EXPLORE_QUERY", "aexplore", "exploration_task", "explore"]
 
-EXPLORE_QUERY = "Explore the tools: find out what data there is and what can be done with it."
+EXPLORE_QUERY = DEFAULT_EXPLORE_GOAL
+"""The exploration goal (``prompts.DEFAULT_EXPLORE_GOAL``; this name is kept for old imports)."""
 _SYNONYMS = {
     "origin": ("city", "home_city", "origin", "destination"),
     "destination": ("city", "destination", "origin", "home_city"),

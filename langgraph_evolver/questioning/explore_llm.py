@@ -34,19 +34,17 @@ from langgraph_evolver.types import Task, Trajectory
 
 from ..environment import TaskEnvironmentFactory
 from .explore import EXPLORE_QUERY
+from .prompts import (
+    DEFAULT_BREADTH_PROMPT,
+    DEFAULT_DEPTH_PROMPT,
+    DEFAULT_EXPLORER_SYSTEM_PROMPT,
+    DEFAULT_NUDGE_PROMPT,
+)
 
 __all__ = ["EXPLORER_SYSTEM", "aexplore_with_model", "create_explorer_graph", "explorer_agent"]
 
-EXPLORER_SYSTEM = (
-    "You are exploring a set of tools to learn what data exists and what can be done with it. "
-    "Make exactly one tool call per reply, with valid arguments. Prefer calls that reveal or change something new."
-)
-_BREADTH = "Breadth phase: try a tool you have not used yet. Not tried yet: {unused}."
-_DEPTH = (
-    "Depth phase: build on what you just saw. Use ids, names or values from these recent results to call a tool "
-    "that reads or changes that object.\nRecent results:\n{recent}"
-)
-_NUDGE = "Reply with one tool call (no text answer): keep exploring."
+EXPLORER_SYSTEM = DEFAULT_EXPLORER_SYSTEM_PROMPT
+"""The explorer's system prompt (``prompts.DEFAULT_EXPLORER_SYSTEM_PROMPT``; this name is kept for old imports)."""
 
 
 class ExplorerState(TypedDict, total=False):
@@ -85,7 +83,8 @@ async def _call_tools(tools: dict[str, BaseTool], ai: AIMessage) -> list[BaseMes
         out.append(result if isinstance(result, ToolMessage) else
                    ToolMessage(str(result), tool_call_id=call["id"] or "", name=call["name"]))  # fmt: skip
     for bad in ai.invalid_tool_calls:
-        out.append(HumanMessage(f"Your tool call could not be parsed ({bad.get('error') or 'invalid JSON'}). {_NUDGE}"))
+        why = bad.get("error") or "invalid JSON"
+        out.append(HumanMessage(f"Your tool call could not be parsed ({why}). {DEFAULT_NUDGE_PROMPT}"))
     return out
 
 
@@ -133,12 +132,13 @@ def create_explorer_graph(
         used = state.get("used") or []
         if phase == "breadth":
             unused = [n for n in by_name if n not in used] or list(by_name)
-            instruction = _BREADTH.format(unused=", ".join(unused))
+            instruction = DEFAULT_BREADTH_PROMPT.format(unused=", ".join(unused))
         else:
-            instruction = _DEPTH.format(recent=_recent_results(history, recent))
-        prompt = [SystemMessage(EXPLORER_SYSTEM), HumanMessage(f"{goal}\n\n{instruction}"), *_window(history, recent)]
+            instruction = DEFAULT_DEPTH_PROMPT.format(recent=_recent_results(history, recent))
+        prompt = [SystemMessage(DEFAULT_EXPLORER_SYSTEM_PROMPT), HumanMessage(f"{goal}\n\n{instruction}"),
+                  *_window(history, recent)]  # fmt: skip
         if history and not isinstance(history[-1], ToolMessage | HumanMessage):
-            prompt.append(HumanMessage(_NUDGE))
+            prompt.append(HumanMessage(DEFAULT_NUDGE_PROMPT))
         ai = await (breadth_model if phase == "breadth" else depth_model).ainvoke(prompt)
         called = [c["name"] for c in getattr(ai, "tool_calls", None) or []]
         return {"messages": [*history, ai], "calls": state.get("calls", 0) + 1, "used": [*used, *called]}

@@ -47,35 +47,10 @@ from langgraph_evolver.attribution.parsing import render_call, render_steps, tri
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task, Trajectory
 
+from .prompts import DEFAULT_REFERENCE_PROMPT, DEFAULT_REFERENCE_RETRY_PROMPT, REFERENCE_PROMPT_FIELDS
+
 __all__ = ["DEFAULT_REFERENCE_PROMPT", "JudgeScore", "ReferenceAwareJudge", "ReferenceAwareJudgeStats", "parse_score"]
 
-DEFAULT_REFERENCE_PROMPT = """You grade whether an AI agent completed a task with tools. You know one correct solution.
-
-Task: {task}
-
-Reference solution (one correct sequence of tool calls; other routes to the same effect are fine):
-{reference}
-
-What the agent did ({num_steps} step(s)):
-{steps}
-
-The agent's final answer: {answer}
-
-Score 0-100:
-- Goal achieved (same effect as the reference, possibly another way): 60-100. 100 for a clean
-  solution; lower for unneeded or repeated actions.
-- Goal not achieved: 0-40. Real partial progress scores higher; irrelevant actions, or the same
-  action repeated over and over, score near 0.
-
-Answer in exactly this form:
-ACHIEVED: yes or no
-SCORE: <integer 0-100>
-REASON: <one sentence>"""
-REFERENCE_PROMPT_FIELDS = ("task", "reference", "steps", "num_steps", "answer")
-_RETRY = (
-    "Your answer could not be read. Reply with exactly three lines: 'ACHIEVED: yes' or 'ACHIEVED: no', "
-    "'SCORE: <integer 0-100>', 'REASON: <one sentence>'."
-)
 _ACHIEVED = re.compile(r"achieved\W{0,4}\s*(yes|no|true|false)\b", re.I)
 _SCORE = re.compile(r"score\W{0,4}\s*(\d{1,3})(?:\s*/\s*100)?\b", re.I)
 _REASON = re.compile(r"reason\W{0,4}\s*(.+)", re.I)
@@ -245,7 +220,7 @@ class ReferenceAwareJudge(LLMRole):
         tally = CallTally()
         started = time.perf_counter()
         parsed, problem = await self._ask_model(
-            prompt, parse=parse_score, retry_message=lambda text: _RETRY,
+            prompt, parse=parse_score, retry_message=lambda text: DEFAULT_REFERENCE_RETRY_PROMPT,
             problem_of=lambda text: f"no ACHIEVED/SCORE in the answer (last answer: {text[:200]!r})", tally=tally,
         )  # fmt: skip
         fields: dict[str, Any] = {"attempts": tally.attempts, "input_tokens": tally.input_tokens,

@@ -1,4 +1,5 @@
-"""``synthesize_tasks``: explore -> synthesize -> filter until ``n`` tasks are kept.
+"""``synthesize_tasks`` (+ ``asynthesize_tasks``, ``create_synthesis_node``): explore -> synthesize ->
+filter until ``n`` tasks are kept.
 
 Each round explores one world (the next seed training task's ``env_params``, or the default
 world when the environment has no tasks) with the schema-driven explorer (or, given a chat model,
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.environment import Environment, TaskEnvironmentFactory, load_environment
+from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task
 
 from .explore import exploration_task, explore
@@ -26,7 +28,7 @@ from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerpri
 from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer
 
-__all__ = ["PipelineReport", "synthesize_tasks"]
+__all__ = ["PipelineReport", "asynthesize_tasks", "create_synthesis_node", "synthesize_tasks"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +63,7 @@ def _default_factory(task: Task) -> Environment:
     return load_environment(task.env)
 
 
-def synthesize_tasks(
+async def asynthesize_tasks(
     env_name: str,
     n: int,
     *,
@@ -83,7 +85,7 @@ def synthesize_tasks(
     synthesizer: Any = None,
     explorer_options: dict[str, Any] | None = None,
 ) -> tuple[list[Task], PipelineReport]:
-    """Synthesize ``n`` filtered tasks for an environment, offline.
+    """Synthesize ``n`` filtered tasks for an environment (offline unless ``explorer``/``synthesizer`` is a model).
 
     Args:
         env_name: a registered environment name or a ``"module:factory"`` path; synthetic tasks
@@ -147,12 +149,11 @@ def synthesize_tasks(
                 finally:
                     env.close()
             else:
-                trajectory = run_sync(aexplore_with_model(factory, task, explorer, n_breadth=n_breadth,
-                                                          n_depth=n_depth, seed=round_seed,
-                                                          **(explorer_options or {})))  # fmt: skip
+                trajectory = await aexplore_with_model(factory, task, explorer, n_breadth=n_breadth, n_depth=n_depth,
+                                                       seed=round_seed, **(explorer_options or {}))  # fmt: skip
             rounds += 1
             if writer is not None:
-                candidates = run_sync(writer.asynthesize(trajectory))
+                candidates = await writer.asynthesize(trajectory)
             else:
                 candidates = synthesize(
                     trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
@@ -180,3 +181,60 @@ def synthesize_tasks(
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,
         synthesizer_stats=writer.stats.to_dict() if writer is not None else {},
     )
+
+
+def synthesize_tasks(env_name: str, n: int, **options: Any) -> tuple[list[Task], PipelineReport]:
+    """Synchronous ``asynthesize_tasks`` (same arguments; see it for every option).
+
+    Example:
+        >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+        >>> tasks, report = synthesize_tasks("sandbox", 2, embeddings=DeterministicFakeEmbedding(size=8),
+        ...                                  max_explorations=4, progress=False)
+        >>> report.kept, {t.source for t in tasks}
+        (2, {'synthetic'})
+    """
+    return run_sync(asynthesize_tasks(env_name, n, **options))
+
+
+def create_synthesis_node(
+    env_name: str,
+    n: int,
+    *,
+    input_key: str = "seed_tasks",
+    output_key: str = "tasks",
+    report_key: str | None = "synthesis_report",
+    **options: Any,
+) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
+    """A LangGraph node that synthesizes ``n`` filtered tasks for ``env_name`` (``asynthesize_tasks``).
+
+    Args:
+        env_name: The environment to explore (registry name or ``"module:factory"``).
+        n: Tasks wanted per run of the node.
+        input_key: Optional state key holding seed tasks (``Task`` or their dicts) whose worlds are
+            explored and whose queries are not re-synthesized; absent: the environment's own.
+        output_key: State key the kept tasks (``Task.to_dict()`` list) are written to.
+        report_key: State key for the ``PipelineReport`` dict (``None``: not written).
+        **options: ``asynthesize_tasks`` options (``seed``, ``embeddings``, ``synthesizer``...).
+
+    Example:
+        >>> import asyncio
+        >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+        >>> node = create_synthesis_node("sandbox", 1, embeddings=DeterministicFakeEmbedding(size=8), progress=False)
+        >>> update = asyncio.run(node({}))
+        >>> len(update["tasks"]), update["synthesis_report"]["kept"]
+        (1, 1)
+    """
+    if "seed_tasks" in options:
+        raise ConfigError("create_synthesis_node reads seed tasks from the state (input_key); drop seed_tasks=.")
+
+    async def synthesize_node(state: Mapping[str, Any]) -> dict[str, Any]:
+        seeds = state.get(input_key)
+        seed_tasks = None if seeds is None else [t if isinstance(t, Task) else Task.from_dict(dict(t)) for t in seeds]
+        tasks, report = await asynthesize_tasks(env_name, n, seed_tasks=seed_tasks, **options)
+        update: dict[str, Any] = {output_key: [t.to_dict() for t in tasks]}
+        if report_key is not None:
+            update[report_key] = report.to_dict()
+        return update
+
+    synthesize_node.__name__ = "synthesize_tasks"
+    return synthesize_node

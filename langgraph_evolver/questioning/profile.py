@@ -24,6 +24,7 @@ from langgraph_evolver._llm import (
 )
 
 from ..environment import Environment
+from .prompts import DEFAULT_REFINE_PROMPT
 
 __all__ = [
     "READ_VERBS",
@@ -153,14 +154,8 @@ def environment_profile(env: Environment, tools: Sequence[Mapping[str, Any]] | N
     return {**derived, "source": "derived"}
 
 
-REFINE_PROMPT = """These are the tools of an application, with what simple rules guessed about each
-(the entity it acts on, and whether it only reads state or changes it):
-
-{operations}
-
-Correct the guesses that are wrong (names are not always <verb>_<noun>). Answer with only a JSON
-object mapping each tool you correct to {{"entity": "<singular noun>", "kind": "read" or "write"}};
-answer {{}} when every guess is right."""
+REFINE_PROMPT = DEFAULT_REFINE_PROMPT
+"""The refinement prompt (``prompts.DEFAULT_REFINE_PROMPT``; this name is kept for old imports)."""
 
 
 def _corrections(text: str, known: set[str]) -> dict[str, dict[str, str]] | None:
@@ -204,7 +199,8 @@ async def arefine_profile(
         for name, op in operations.items()
     )
     fixes, problem = await ask_with_settings(
-        model, REFINE_PROMPT.format(operations=listed), chosen, parse=lambda text: _corrections(text, set(operations)),
+        model, DEFAULT_REFINE_PROMPT.format(operations=listed), chosen,
+        parse=lambda text: _corrections(text, set(operations)),
         retry_message=lambda text: "Answer with only a JSON object, e.g. {\"archive_note\": {\"entity\": \"note\", "
                                    "\"kind\": \"write\"}}, or {}.",
         problem_of=lambda text: f"no JSON object in the answer ({text[:120]!r})",

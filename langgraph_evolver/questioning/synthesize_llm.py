@@ -35,31 +35,9 @@ from langgraph_evolver.attribution.parsing import render_call, trim
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task, ToolCall, Trajectory
 
+from .prompts import DEFAULT_SYNTHESIS_PROMPT, DEFAULT_SYNTHESIS_RETRY_PROMPT, SYNTHESIS_PROMPT_FIELDS
+
 __all__ = ["DEFAULT_SYNTHESIS_PROMPT", "LLMSynthesizer", "SynthesisStats", "parse_tasks"]
-
-DEFAULT_SYNTHESIS_PROMPT = """You write practice tasks for an AI agent that uses tools. Below is what an \
-exploration of the tools did and saw. Write {n_tasks} new, realistic user requests that these tools can
-fulfil in this world.
-
-Exploration (calls that worked, with their results):
-{calls}
-
-Preferences:
-- each task needs {min_ops} to {max_ops} tool calls and involves at most {max_entities} distinct objects;
-- difficulty 1 (one direct call) to 3 (several dependent calls); spread them over the range;
-- phrase each request as a user would, naming the concrete values it needs; never mention tool names;
-- each reference is the exact sequence of tool calls that fulfils the request, with real ids and values
-  from the results above.
-
-Answer with only a JSON list, one object per task:
-[{{"query": "...", "reference": [{{"name": "<tool>", "arguments": {{...}}}}], "confidence": 0.0-1.0, \
-"difficulty": 1-3}}]"""
-SYNTHESIS_PROMPT_FIELDS = ("calls", "n_tasks", "min_ops", "max_ops", "max_entities")
-_RETRY = (
-    "That could not be read as tasks. Answer with only a JSON list of objects with keys 'query' (string), "
-    "'reference' (a list of {{\"name\", \"arguments\"}} calls), 'confidence' (0-1) and 'difficulty' (1-3). "
-    "Problem: {problem}"
-)
 
 
 def _task_items(text: str) -> list[Any] | None:
@@ -212,7 +190,8 @@ class LLMSynthesizer(LLMRole):
         tally = CallTally()
         parsed, problem = await self._ask_model(
             self.render_prompt(trajectory), parse=parse_tasks,
-            retry_message=lambda text: _RETRY.format(problem="no JSON list of tasks with a query and a reference"),
+            retry_message=lambda text: DEFAULT_SYNTHESIS_RETRY_PROMPT.format(
+                problem="no JSON list of tasks with a query and a reference"),
             problem_of=lambda text: f"no readable tasks (last answer: {text[:200]!r})", tally=tally,
         )  # fmt: skip
         self.stats.model_calls += tally.attempts
