@@ -1,4 +1,4 @@
-"""Context-management templates, chosen by name with options.
+"""Context management: templates chosen by name with options, and the self-managing step.
 
 - ``causal`` (default): the whole history; consecutive calls merge into one training row.
 - ``reasoning`` (``hint``): think in ``<think>…</think>`` first; earlier thoughts are dropped
@@ -14,6 +14,23 @@ agents (``managing`` through its ``before_model`` hook), and ``PolicyChatModel(c
 for any graph whose factory takes the model (the stateless templates). Register your own with
 ``register_context_template(name, factory)``: ``factory(**options)`` returns a callable
 ``(messages) -> messages``.
+
+The self-managing step on its own: ``manage_context(messages, manager, template)`` /
+``amanage_context`` return a ``ContextEdit`` (its ``updates`` go into an ``add_messages`` channel),
+``create_context_node(manager)`` wraps it as a LangGraph node, and ``RulesContextManager`` is the
+offline manager. Prompts and the fixed prompt texts are in ``prompts.py``.
+
+Example:
+    >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    >>> from langgraph.graph.message import add_messages
+    >>> history = [HumanMessage("Find Ana's zone.", id="h1"),
+    ...     AIMessage("", tool_calls=[{"name": "find", "args": {"q": "Ana"}, "id": "c1"}], id="a1"),
+    ...     ToolMessage("[]", tool_call_id="c1", id="t1"),
+    ...     AIMessage("", tool_calls=[{"name": "find", "args": {"q": "Ana Li"}, "id": "c2"}], id="a2"),
+    ...     ToolMessage('{"zone": "Z4"}', tool_call_id="c2", id="t2")]
+    >>> edit = manage_context(history, RulesContextManager(), get_context_template("managing"), force=True)
+    >>> edit.valid, [m.id for m in add_messages(history, edit.updates)]
+    (True, ['h1', 'a2', 't2'])
 """
 
 from __future__ import annotations
@@ -31,9 +48,12 @@ from .managing import (
     RulesContextManager,
     SelfManagingTemplate,
     amanage_context,
+    create_context_node,
+    manage_context,
     parse_context_action,
     prompt_tokens,
 )
+from .prompts import DEFAULT_THINK_HINT, PLACEHOLDER, REMOVED_STUB
 from .templates import (
     PINNED,
     CausalTemplate,
@@ -49,7 +69,10 @@ from .templates import (
 __all__ = [
     "CONTEXT_STEP_KIND",
     "DEFAULT_MANAGE_PROMPT",
+    "DEFAULT_THINK_HINT",
     "PINNED",
+    "PLACEHOLDER",
+    "REMOVED_STUB",
     "CausalTemplate",
     "ContextEdit",
     "ContextTemplate",
@@ -59,9 +82,11 @@ __all__ = [
     "SlidingWindowTemplate",
     "amanage_context",
     "causal_template",
+    "create_context_node",
     "get_context_template",
     "is_pinned",
     "list_context_templates",
+    "manage_context",
     "parse_context_action",
     "pin",
     "prompt_tokens",

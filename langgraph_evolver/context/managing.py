@@ -21,7 +21,7 @@ stub, so every tool call keeps its answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from .._llm import run_sync
+from .prompts import DEFAULT_MANAGE_PROMPT, REMOVED_STUB
 from .templates import is_pinned, split_turns
 
 __all__ = [
@@ -38,21 +40,14 @@ __all__ = [
     "RulesContextManager",
     "SelfManagingTemplate",
     "amanage_context",
+    "create_context_node",
+    "manage_context",
     "parse_context_action",
     "prompt_tokens",
 ]
 
 CONTEXT_STEP_KIND = "context"
 """``metadata["evolver_step_kind"]`` of a management call; the capture records such steps as ``kind="context"``."""
-REMOVED_STUB = "(removed by context management)"
-DEFAULT_MANAGE_PROMPT = """The conversation has grown to about {tokens} tokens. For each earlier message below, choose \
-whether to keep it, remove it, or compress it into a short note. Keep what the rest of the task still needs (ids, \
-numbers, names); drop what no longer matters.
-
-{listing}
-
-Answer with one JSON object mapping message ids to "keep", "remove" or {{"compress": "<short text>"}}, for example \
-{{"m1": "keep", "m2": "remove", "m3": {{"compress": "c42 is Pia"}}}}. Ids you leave out are kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +222,62 @@ async def amanage_context(
     updates, removed, compressed = _edits(offered, action, messages)
     return ContextEdit(valid=True, tokens=tokens, offered=len(offered), removed=removed, compressed=compressed,
                        updates=updates)  # fmt: skip
+
+
+def manage_context(
+    messages: Sequence[BaseMessage],
+    manager: BaseChatModel,
+    template: SelfManagingTemplate,
+    *,
+    force: bool = False,
+) -> ContextEdit | None:
+    """Synchronous ``amanage_context``."""
+    return run_sync(amanage_context(messages, manager, template, force=force))
+
+
+def create_context_node(
+    manager: Any,
+    *,
+    trigger_tokens: int = 768,
+    protect_last: int = 1,
+    prompt: str = DEFAULT_MANAGE_PROMPT,
+    input_key: str = "messages",
+    stats_key: str | None = "context_stats",
+    force: bool = False,
+) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
+    """A LangGraph node that runs one context-management step over the messages at ``input_key``.
+
+    Its update is ``{input_key: edit.updates}`` (``RemoveMessage``s and same-id replacements, for
+    an ``add_messages`` channel) plus ``{stats_key: [edit.stats()]}``; under the trigger it is ``{}``.
+
+    Args:
+        manager: ``"rules"``, a chat-model string, or a chat model (the node binds it once; the
+            policy itself manages only inside a rollout, through ``create_agent_graph``).
+        trigger_tokens, protect_last, prompt: As in ``SelfManagingTemplate``.
+        input_key: State key holding the messages (each with an ``id``, as graph state gives them).
+        stats_key: State key for the edit's stats (``None``: not written).
+        force: Manage on every run, whatever the prompt's length.
+    """
+    template = SelfManagingTemplate(manager=manager, trigger_tokens=trigger_tokens, protect_last=protect_last,
+                                    prompt=prompt)  # fmt: skip
+    model = template.resolve_manager(None)
+
+    async def manage(state: Mapping[str, Any]) -> dict[str, Any]:
+        if input_key not in state:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"The context node reads messages from state[{input_key!r}], which is missing "
+                              f"(state keys: {sorted(state)}); pass them or set input_key.")  # fmt: skip
+        edit = await amanage_context(state[input_key], model, template, force=force)
+        if edit is None:
+            return {}
+        update: dict[str, Any] = {input_key: edit.updates}
+        if stats_key is not None:
+            update[stats_key] = [edit.stats()]
+        return update
+
+    manage.__name__ = "manage_context"
+    return manage
 
 
 class RulesContextManager(BaseChatModel):

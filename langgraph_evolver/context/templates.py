@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from .prompts import DEFAULT_THINK_HINT, PLACEHOLDER
+
 __all__ = [
     "PINNED",
     "CausalTemplate",
@@ -33,8 +35,6 @@ __all__ = [
 
 PINNED = "evolver_pinned"
 THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
-DEFAULT_THINK_HINT = "Before each action, think briefly inside <think>...</think>, then act."
-PLACEHOLDER = "[{n} earlier turn{s} left out of this prompt]"
 
 
 def pin(message: BaseMessage) -> BaseMessage:
