@@ -1,6 +1,7 @@
 """Recorded traces → trajectories, seed tasks, experiences and step labels, with a summary.
 
-``ingest_traces`` does the work in memory (nothing is written); ``write_ingest`` stores the result
+``ingest_traces`` (+ ``aingest_traces``, ``create_ingest_node``) does the work in memory (nothing is
+written); ``write_ingest`` stores the result
 (JSONL files, the trainable tasks in a ``TaskStore``) and ``write_label_feedback`` sends the step
 labels back to LangSmith as feedback on the original LLM runs. The CLI (``__main__``) strings them
 together with ``--dry-run`` and ``--write-feedback``.
@@ -20,16 +21,26 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._llm import run_sync
+from ..errors import ConfigError
 from ..types import Task, ToolCall, Trajectory, write_jsonl
 from .convert import Redact, run_feedback_reward, trajectory_from_trace, user_query
 from .sources import RecordedTrace
 
-__all__ = ["IngestResult", "ingest_traces", "trace_task_id", "write_ingest", "write_label_feedback"]
+__all__ = [
+    "IngestResult",
+    "aingest_traces",
+    "create_ingest_node",
+    "ingest_traces",
+    "trace_task_id",
+    "write_ingest",
+    "write_label_feedback",
+]
 
 
 def _normalized(query: str) -> str:
@@ -88,7 +99,7 @@ def _reference(trajectory: Trajectory) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def ingest_traces(
+async def aingest_traces(
     traces: Iterable[RecordedTrace],
     *,
     env: str | None = None,
@@ -101,6 +112,9 @@ def ingest_traces(
     judge: Any = "reference",
 ) -> IngestResult:
     """Turn recorded traces into trajectories, trace tasks, experiences and step labels (in memory).
+
+    The extractor and the judge run concurrently over the scored trajectories (each bounded by its own
+    ``max_concurrency``); reading and converting the traces is synchronous.
 
     Args:
         traces: From ``read_langsmith_traces`` / ``read_jsonl_traces``.
@@ -166,17 +180,63 @@ def ingest_traces(
         result.trajectories += [dataclasses.replace(t, task=task) for t, _ in group]
     scored = [t for t in result.trajectories if t.reward is not None]
     if extractor is not None and scored:
-        from ..experience import extract_experiences
+        from ..experience import aextract_experiences
 
-        result.experiences = list(extract_experiences(scored, extractor).experiences)
+        result.experiences = list((await aextract_experiences(scored, extractor)).experiences)
     if judge is not None and scored:
-        from .._llm import run_sync
         from ..attribution import aattribute_batch, apply_attribution, make_judge
 
         bound = make_judge(judge)
-        verdicts = run_sync(aattribute_batch(scored, bound))
+        verdicts = await aattribute_batch(scored, bound)
         result.labelled = [apply_attribution(t, v) for t, v in zip(scored, verdicts, strict=True)]
     return result
+
+
+def ingest_traces(traces: Iterable[RecordedTrace], **options: Any) -> IngestResult:
+    """Synchronous ``aingest_traces`` (same arguments; see it for every option)."""
+    return run_sync(aingest_traces(traces, **options))
+
+
+def _as_trace(value: RecordedTrace | Mapping[str, Any]) -> RecordedTrace:
+    if isinstance(value, RecordedTrace):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("root"), Mapping):
+        return RecordedTrace(root=dict(value["root"]), feedback=list(value.get("feedback") or []),
+                             runs=int(value.get("runs") or 0))  # fmt: skip
+    raise ConfigError(f"A trace is a RecordedTrace or a dict with its 'root' run (and 'feedback'); got "
+                      f"{type(value).__name__}.")  # fmt: skip
+
+
+def create_ingest_node(
+    *,
+    input_key: str = "traces",
+    output_key: str = "ingest",
+    **options: Any,
+) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]:
+    """A LangGraph node that ingests the recorded traces at ``input_key`` (``aingest_traces``).
+
+    Args:
+        input_key: State key holding a list of ``RecordedTrace`` or ``{"root": ..., "feedback": [...]}``.
+        output_key: State key the result is written to: ``{"summary", "tasks", "trajectories",
+            "experiences", "labelled"}``, every item as its dict.
+        **options: ``aingest_traces`` options (``env``, ``extractor``, ``judge``, ``redact``...).
+    """
+
+    async def ingest(state: Mapping[str, Any]) -> dict[str, Any]:
+        if input_key not in state:
+            raise ConfigError(f"The ingest node reads traces from state[{input_key!r}], which is missing "
+                              f"(state keys: {sorted(state)}); pass them or set input_key.")  # fmt: skip
+        result = await aingest_traces([_as_trace(t) for t in state[input_key]], **options)
+        return {output_key: {
+            "summary": result.summary(),
+            "tasks": [t.to_dict() for t in result.tasks],
+            "trajectories": [t.to_dict() for t in result.trajectories],
+            "experiences": [e.to_dict() for e in result.experiences],
+            "labelled": [t.to_dict() for t in result.labelled],
+        }}  # fmt: skip
+
+    ingest.__name__ = "ingest_traces"
+    return ingest
 
 
 def write_ingest(result: IngestResult, out: str | Path, *, task_store: str | Path | None = None) -> dict[str, str]:
