@@ -11,12 +11,21 @@
 - ``create_attribution_node`` wraps the mechanism as a LangGraph node; ``apply_attribution``
   writes a verdict into a trajectory; ``label_signs`` gives ``adca_advantages`` its ``+1``/``-1``.
 
+- Every LLM role takes ``settings=LLMSettings(...)`` (retries, concurrency, timeout, token prices).
+
 Example:
-    >>> from langgraph_evolver.attribution import apply_attribution, attribute_steps, label_signs
-    >>> verdict = attribute_steps(trajectory, "reference")                  # doctest: +SKIP
-    >>> verdict = attribute_steps(trajectory, "openai:gpt-4.1-mini", max_concurrency=16)   # doctest: +SKIP
-    >>> label_signs(apply_attribution(trajectory, verdict))                 # doctest: +SKIP
-    [1, -1, 1]
+    >>> import asyncio
+    >>> from langgraph_evolver.types import Action, Step, Task, ToolCall, Trajectory
+    >>> task = Task(id="t", query="Balance?", reference_solution=(ToolCall(name="get_balance"),))
+    >>> trajectory = Trajectory(id="r", task=task, reward=0.0, steps=(
+    ...     Step(index=0, action=Action(tool_calls=(ToolCall(name="get_balance"),))),
+    ...     Step(index=1, action=Action(content="You have $5."))))
+    >>> verdict = attribute_steps(trajectory, "reference")
+    >>> label_signs(apply_attribution(trajectory, verdict))
+    [1, -1]
+    >>> node = create_attribution_node("reference")     # or a model: create_attribution_node("openai:gpt-4.1-mini")
+    >>> [x["label"] for x in asyncio.run(node({"trajectory": trajectory}))["attribution"]["labels"]]
+    ['GOOD', 'BAD']
 """
 
 from .attribute import (

@@ -1,0 +1,28 @@
+"""The mechanism packages' docstrings are their users' map: every example in them runs, offline."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import time
+
+import pytest
+
+PACKAGES = [
+    "langgraph_evolver.attribution",
+    "langgraph_evolver.questioning",
+    "langgraph_evolver.experience",
+    "langgraph_evolver.context",
+    "langgraph_evolver.ingest",
+    "langgraph_evolver.environment",
+]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_package_docstring_examples_run(name):
+    module = importlib.import_module(name)
+    started = time.perf_counter()
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
+    assert result.attempted >= 1, f"{name} has no example in its docstrings"
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples of {name} failed (output above)"
+    assert time.perf_counter() - started < 30, "keep package examples quick"
