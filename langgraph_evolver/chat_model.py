@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -28,7 +29,11 @@ from pydantic import Field, PrivateAttr, SecretStr
 
 from .types import Transition
 
-__all__ = ["POLICY_MARKER", "PolicyChatModel", "model_version", "transition_from_message"]
+__all__ = ["POLICY_API_KEY_ENV", "POLICY_MARKER", "PolicyChatModel", "model_version", "transition_from_message"]
+
+POLICY_API_KEY_ENV = "EVOLVER_POLICY_API_KEY"
+"""The policy endpoint's key: what the policy server requires (its ``--api-key`` default) and what
+``PolicyChatModel`` sends when it is given no ``api_key``."""
 
 POLICY_MARKER = "evolver_policy"
 """Metadata key a ``PolicyChatModel`` puts on its runs: the capture trains on calls carrying it."""
@@ -57,7 +62,8 @@ class PolicyChatModel(ChatOpenAI):
 
     Defaults differ from ``ChatOpenAI`` only where the RL contract needs it: ``logprobs=True``,
     ``extra_body={"return_token_ids": True}``, ``disable_streaming=True``,
-    ``use_responses_api=False``, ``temperature=1.0``, ``api_key="EMPTY"``. Its runs carry
+    ``use_responses_api=False``, ``temperature=1.0``, ``api_key=$EVOLVER_POLICY_API_KEY`` (``"EMPTY"``
+    when unset; never ``$OPENAI_API_KEY``, which belongs to another endpoint). Its runs carry
     ``metadata={"evolver_policy": True}``, which is how the capture tells the policy's calls from
     other models' (pass ``metadata={"evolver_policy": False}`` for one that must not be trained).
     """
@@ -72,7 +78,9 @@ class PolicyChatModel(ChatOpenAI):
         kwargs.setdefault("disable_streaming", True)
         kwargs.setdefault("use_responses_api", False)
         kwargs.setdefault("temperature", 1.0)
-        kwargs.setdefault("api_key", "EMPTY")
+        if kwargs.get("api_key") is None and kwargs.get("openai_api_key") is None:
+            kwargs.pop("openai_api_key", None)
+            kwargs["api_key"] = os.environ.get(POLICY_API_KEY_ENV) or "EMPTY"
         kwargs["metadata"] = {POLICY_MARKER: True, **(kwargs.get("metadata") or {})}
         super().__init__(extra_body=extra_body, **kwargs)
 

@@ -9,13 +9,15 @@ Modules (each one concept):
 - ``tool_choice``: ``tool_choice`` "required" / named functions by a forced prefix.
 - ``protocol``: request bodies and vLLM-shaped responses; ``app``: the FastAPI app; ``cli``: the
   command line (``python -m trainers.policy_server``).
-- ``process``: ``PolicyServerProcess`` (the server as a child process) and ``check_endpoint``.
+- ``access``: the API key and which weights may be loaded at runtime (``WeightAccess``).
+- ``process``: ``PolicyServerProcess`` (the server as a child process), ``check_endpoint``,
+  ``runtime_update_flags`` and ``policy_api_key`` (the key a client sends).
 
-Importing this package loads only ``process`` (no torch, no fastapi); the rest is imported where used.
+Importing this package loads only ``process`` and ``access`` (no torch, no fastapi); the rest is imported where used.
 """
 
 from __future__ import annotations
 
-from .process import PolicyServerProcess, check_endpoint, free_port
+from .process import PolicyServerProcess, check_endpoint, free_port, policy_api_key, runtime_update_flags
 
-__all__ = ["PolicyServerProcess", "check_endpoint", "free_port"]
+__all__ = ["PolicyServerProcess", "check_endpoint", "free_port", "policy_api_key", "runtime_update_flags"]

@@ -8,8 +8,16 @@ the runtime LoRA API. Requests are batched by one worker thread (``trainers.serv
 Run it (needs the ``serve`` and ``train`` extras)::
 
     python -m trainers.policy_server --model checkpoints/tiny-policy --port 8000
-    python -m trainers.policy_server --model /models/qwen --host 0.0.0.0 --port 8000 \
-        --served-model-name policy --max-batch-size 64 --threads 8 --seed 1
+    EVOLVER_POLICY_API_KEY=... python -m trainers.policy_server --model /models/qwen --host 0.0.0.0 \
+        --port 8000 --served-model-name policy --max-batch-size 64 --threads 8 --seed 1 \
+        --allow-runtime-updates --allowed-weight-dirs /runs/qwen-grpo
+
+Access (``trainers.serving.access``): with an API key (``--api-key``, default
+``$EVOLVER_POLICY_API_KEY``) every route but ``/health`` needs ``Authorization: Bearer <key>``
+(401 otherwise); a non-loopback ``--host`` without a key is refused unless ``--insecure``. The
+runtime weight routes below answer 403 unless ``--allow-runtime-updates``; then they read only
+below ``--allowed-weight-dirs`` (and the model's own directory), symlinks followed, and only
+safetensors (a ``.bin`` pickle is a 400).
 
 Endpoints:
 
@@ -37,10 +45,12 @@ is prefilled only past its longest cached prefix (``trainers.serving.cache``); n
 replaced adapter drop the affected blocks.
 
 Errors are ``{"error": {"message", "type", "param", "code"}}`` with 400 (bad body, prompt too
-long), 404 (unknown model or adapter, missing adapter path) or 500; a failing request never
-stops the server. Departures from vLLM: ``max_tokens`` beyond the context window is clamped to
-what fits (and to ``--max-new-tokens-cap``) instead of refused; sampling defaults never come from
-the model's ``generation_config`` (vLLM's ``--generation-config auto`` applies them); no streaming.
+long, weights that are not safetensors), 401 (API key), 403 (runtime weight loading off, or a
+path outside the allowed directories), 404 (unknown model or adapter, missing adapter path) or
+500; a failing request never stops the server. Departures from vLLM: ``max_tokens`` beyond the
+context window is clamped to what fits (and to ``--max-new-tokens-cap``) instead of refused;
+sampling defaults never come from the model's ``generation_config`` (vLLM's ``--generation-config
+auto`` applies them); no streaming.
 Nothing is grammar-constrained: ``tool_choice`` "required" or a named function appends the start of
 a tool call, as the chat template writes it, to the prompt (``trainers.serving.tool_choice``) and the
 model samples the rest. ``prompt_token_ids`` include those forced tokens (``token_ids`` and
@@ -59,6 +69,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -70,6 +81,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..chat_format import normalize_messages
+from .access import OPEN_PATHS, BearerKeyMiddleware, WeightAccess
 from .cache import PrefixCache
 from .engine import PolicyEngine
 from .errors import GenerationError
@@ -81,6 +93,7 @@ from .protocol import (
     UpdateWeightsRequest,
     build_choice,
     error_response,
+    error_responses,
 )
 from .sampling import SamplingParams
 from .scheduler import BatchScheduler, prometheus_metrics
@@ -135,8 +148,19 @@ def create_app(
     kv_spare_columns: int = 64,
     lean_decode: bool = True,
     allow_template_without_tools: bool = False,
+    api_key: str | None = None,
+    allow_runtime_updates: bool = True,
+    allowed_weight_dirs: Sequence[str | Path] | None = None,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
+
+    Access: ``api_key`` makes every route but ``/health`` require ``Authorization: Bearer <key>``.
+    ``allow_runtime_updates`` serves the adapter and weight routes; ``allowed_weight_dirs`` confines
+    the paths they read to those directories and ``model_path``'s own (symlinks followed; a missing
+    directory is a ``ValueError``). These
+    defaults (no key, runtime loading from any directory, safetensors only) suit a server that trusted
+    code starts for itself on loopback (tests, benchmarks, ``serve_in_background``); the command line
+    (``python -m trainers.policy_server``) defaults to closed: no runtime loading, the model's directory only.
 
     The engine and its worker thread live on ``app.state.engine`` / ``app.state.scheduler``
     (``scheduler.stats`` counts batches and requests, ``engine.prefill_stats`` and
@@ -146,6 +170,8 @@ def create_app(
     """
     import torch
 
+    # before the model loads: a missing allowed directory fails fast (ValueError naming it)
+    access = WeightAccess.create(allow=allow_runtime_updates, dirs=allowed_weight_dirs, model_dir=model_path)
     if threads:
         torch.set_num_threads(threads)
     cache = (
@@ -169,6 +195,7 @@ def create_app(
         logger.warning("%s Serving it anyway (--allow-template-without-tools): tool calls will be guesses.", e)
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
     token_text = TokenText(engine.tokenizer)
+    auth = (401,) if api_key else ()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -178,6 +205,10 @@ def create_app(
     app = FastAPI(title="langgraph-evolver policy server", lifespan=lifespan)
     app.state.engine = engine
     app.state.scheduler = scheduler
+    app.state.weight_access = access
+    if api_key:
+        app.add_middleware(BearerKeyMiddleware, api_key=api_key)
+    _document_access(app, bearer=bool(api_key))
 
     @app.exception_handler(GenerationError)
     async def _generation_error(_: Request, exc: GenerationError) -> JSONResponse:
@@ -195,7 +226,7 @@ def create_app(
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail))
 
-    @app.get("/health")
+    @app.get("/health", responses=error_responses(503))
     @_guarded
     async def health() -> Response:
         if not scheduler.alive:
@@ -208,12 +239,12 @@ def create_app(
             )
         return Response(status_code=200)
 
-    @app.get("/metrics")
+    @app.get("/metrics", responses=error_responses(*auth))
     @_guarded
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(prometheus_metrics(engine, scheduler))
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(*auth))
     @_guarded
     async def models() -> dict[str, Any]:
         def card(name: str, root: str, parent: str | None) -> dict[str, Any]:
@@ -232,33 +263,34 @@ def create_app(
         data += [card(name, path, engine.served_model_name) for name, path in list(engine.adapters.items())]
         return {"object": "list", "data": data}
 
-    @app.post("/v1/load_lora_adapter")
+    @app.post("/v1/load_lora_adapter", responses=error_responses(400, *auth, 403, 404))
     @_guarded
     async def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
-        name, path = body.lora_name, body.lora_path
+        name, path = body.lora_name, str(access.check(body.lora_path, route="/v1/load_lora_adapter"))
         loaded = await asyncio.wrap_future(scheduler.call(lambda: engine.load_adapter(name, path)))
         if not loaded:
             return PlainTextResponse(f"Success: LoRA adapter '{name}' was already loaded from this path.")
         logger.info("loaded LoRA adapter %s from %s", name, path)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
-    @app.post("/update_weights_from_disk")
+    @app.post("/update_weights_from_disk", responses=error_responses(400, *auth, 403))
     @_guarded
     async def update_weights_from_disk(body: UpdateWeightsRequest) -> dict[str, Any]:
-        path, version = body.model_path, body.version
+        path, version = str(access.check(body.model_path, route="/update_weights_from_disk")), body.version
         served = await asyncio.wrap_future(scheduler.call(lambda: engine.update_weights(path, version)))
         logger.info("base weights updated from %s (version %s)", path, served)
         return {"success": True, "version": served, "message": f"Loaded the weights at {path}."}
 
-    @app.post("/v1/unload_lora_adapter")
+    @app.post("/v1/unload_lora_adapter", responses=error_responses(400, *auth, 403, 404))
     @_guarded
     async def unload_lora_adapter(body: UnloadAdapterRequest) -> PlainTextResponse:
+        access.check_allowed("/v1/unload_lora_adapter")
         name = body.lora_name
         await asyncio.wrap_future(scheduler.call(lambda: engine.unload_adapter(name)))
         logger.info("unloaded LoRA adapter %s", name)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=error_responses(400, *auth, 404))
     @_guarded
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         if body.stream:
@@ -333,6 +365,35 @@ def create_app(
         return await asyncio.to_thread(respond)
 
     return app
+
+
+def _document_access(app: FastAPI, *, bearer: bool) -> None:
+    """Make ``/openapi.json`` say what the server answers: no 422 (bad bodies are 400s), and the bearer key.
+
+    FastAPI lists a 422 on every route with a body, but the validation handler answers 400 as vLLM does.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(unused, None)
+        if bearer:
+            components = schema.setdefault("components", {})
+            components.setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
+            for path, operations in schema.get("paths", {}).items():
+                if path not in OPEN_PATHS:
+                    for operation in operations.values():
+                        operation["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def _result_unless_disconnected(future: Future, request: Request) -> Any:

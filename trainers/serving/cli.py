@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from .access import API_KEY_ENV, WeightAccess, check_bind, is_loopback, split_dirs
 from .app import create_app
 from .engine import PolicyEngine
 
@@ -63,14 +66,40 @@ def make_parser() -> argparse.ArgumentParser:
         help="serve a chat template that drops the tools it is given (warns); by default the server refuses it",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    access = p.add_argument_group("access", "who may call the server, and which weights it may load at runtime")
+    access.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV) or None,
+        help=f"every route but /health needs 'Authorization: Bearer <key>' (401 otherwise); default ${API_KEY_ENV}, "
+        "which is also what the clients send (prefer it: a command line is visible to every user of the machine)",
+    )
+    access.add_argument(
+        "--allow-runtime-updates",
+        action="store_true",
+        help="serve /v1/load_lora_adapter, /v1/unload_lora_adapter and /update_weights_from_disk (403 otherwise); "
+        "they read only safetensors, and only below --allowed-weight-dirs",
+    )
+    access.add_argument(
+        "--allowed-weight-dirs",
+        action="append",
+        metavar="DIR[,DIR...]",
+        help="directories runtime loads may read from, symlinks followed (repeatable or comma-separated); the "
+        "model's own directory always counts, and is the only one by default",
+    )
+    access.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on a non-loopback --host without an API key (refused otherwise)",
+    )
     return p
 
 
 def _create(args: argparse.Namespace) -> Any:
     from trainers.models import resolve_model
 
+    model_path = resolve_model(args.model)
     return create_app(
-        resolve_model(args.model),
+        model_path,
         served_model_name=args.served_model_name,
         max_batch_size=args.max_batch_size,
         max_new_tokens_cap=args.max_new_tokens_cap,
@@ -82,6 +111,9 @@ def _create(args: argparse.Namespace) -> Any:
         kv_spare_columns=args.kv_spare_columns,
         lean_decode=args.lean_decode,
         allow_template_without_tools=args.allow_template_without_tools,
+        api_key=args.api_key,
+        allow_runtime_updates=args.allow_runtime_updates,
+        allowed_weight_dirs=split_dirs(args.allowed_weight_dirs),
     )
 
 
@@ -91,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = make_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # before minutes of model loading: the access settings are checked first
+    check_bind(args.host, api_key=args.api_key, insecure=args.insecure)
+    for d in split_dirs(args.allowed_weight_dirs):
+        if not Path(d).expanduser().is_dir():
+            raise SystemExit(f"error: --allowed-weight-dirs {d}: no such directory; create it first or fix the path.")
     from trainers.tool_templates import TemplateDropsTools
 
     try:
@@ -98,6 +135,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     except TemplateDropsTools as e:
         raise SystemExit(f"error: {e}") from None
     engine: PolicyEngine = app.state.engine
+    access: WeightAccess = app.state.weight_access
+    if not args.api_key and not is_loopback(args.host):
+        logger.warning("serving on %s with no API key (--insecure): anyone who reaches it can use it", args.host)
+    logger.info(
+        "access: API key %s; runtime weight loading %s",
+        "required" if args.api_key else "not required",
+        f"on, from {', '.join(map(str, access.dirs or ()))}" if access.allow else "off (--allow-runtime-updates)",
+    )
     logger.info(
         "policy server: model %s served as %r (%.2fM params, max_model_len %d), max batch %d rows, "
         "max new tokens %d, %d threads, seed %d, prefix caching %s, listening on http://%s:%d/v1",

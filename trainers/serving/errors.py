@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from langgraph_evolver.errors import EvolverError
 
-__all__ = ["GenerationError", "UnknownModelError", "WorkerStoppedError"]
+__all__ = ["ForbiddenError", "GenerationError", "UnknownModelError", "WorkerStoppedError"]
 
 
 class GenerationError(EvolverError, ValueError):
     """A generation or adapter request the engine cannot serve (HTTP 400 unless overridden)."""
 
     status_code = 400
+
+
+class ForbiddenError(GenerationError):
+    """A runtime weight route that is off, or a path outside the allowed directories (HTTP 403)."""
+
+    status_code = 403
 
 
 class UnknownModelError(GenerationError):

@@ -2,7 +2,10 @@
 
 ``PolicyServerProcess`` runs ``python -m trainers.policy_server`` on a free loopback port and
 waits until it answers ``/health``; if the process dies first, the error carries the tail of its
-log. ``check_endpoint`` verifies that an external endpoint (vLLM, a hosted API) is reachable and
+log. Its launchers hot-load adapters or weights into it, so it passes the runtime-loading flags
+(``runtime_update_flags``: the one place they are spelled) with the directories the launcher
+names, and the API key, if any, through the child's environment (a command line is visible to
+every user of the machine). ``check_endpoint`` verifies that an external endpoint (vLLM, a hosted API) is reachable and
 serves the model asked for, and says what to do when it does not.
 """
 
@@ -13,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +25,47 @@ import httpx
 from langgraph_evolver._serving import free_port
 from langgraph_evolver.errors import ConfigError, PolicyEndpointError
 
-__all__ = ["PolicyServerProcess", "check_endpoint", "free_port"]
+from .access import API_KEY_ENV, RUNTIME_UPDATE_FLAG, WEIGHT_DIRS_FLAG
+
+__all__ = ["PolicyServerProcess", "check_endpoint", "free_port", "policy_api_key", "runtime_update_flags"]
+
+
+def policy_api_key(api_key: str | None = None) -> str:
+    """The key to send to a policy endpoint: ``api_key``, unless it is None or the placeholder ``"EMPTY"``,
+    else ``$EVOLVER_POLICY_API_KEY``, else ``"EMPTY"`` (what OpenAI clients need to send something)."""
+    if api_key and api_key != "EMPTY":
+        return api_key
+    return os.environ.get(API_KEY_ENV) or "EMPTY"
+
+
+def runtime_update_flags(allowed_weight_dirs: Sequence[str | Path]) -> list[str]:
+    """The ``trainers.policy_server`` flags that let a client load adapters and weights from these directories.
+
+    Example:
+        >>> runtime_update_flags(["runs/x", "/data/adapters"])
+        ['--allow-runtime-updates', '--allowed-weight-dirs', 'runs/x,/data/adapters']
+    """
+    dirs = [str(d) for d in allowed_weight_dirs]
+    if bad := [d for d in dirs if "," in d]:
+        raise ConfigError(f"allowed weight directory {bad[0]!r} has a comma, which the server's flag splits on.")
+    return [RUNTIME_UPDATE_FLAG] + ([WEIGHT_DIRS_FLAG, ",".join(dirs)] if dirs else [])
 
 
 def check_endpoint(
-    base_url: str, model: str | None = None, *, timeout: float = 10.0, api_key: str = "EMPTY"
+    base_url: str, model: str | None = None, *, timeout: float = 10.0, api_key: str | None = None
 ) -> list[str]:
-    """Return the model ids served at ``base_url`` (``.../v1``); raise a clear error if unusable."""
+    """Return the model ids served at ``base_url`` (``.../v1``); raise a clear error if unusable.
+
+    Sends ``api_key`` (default ``$EVOLVER_POLICY_API_KEY``, see ``policy_api_key``).
+    """
     url = base_url.rstrip("/") + "/models"
     try:
-        r = httpx.get(url, timeout=timeout, headers={"Authorization": f"Bearer {api_key}"})
+        r = httpx.get(url, timeout=timeout, headers={"Authorization": f"Bearer {policy_api_key(api_key)}"})
+        if r.status_code == 401:
+            raise PolicyEndpointError(
+                f"Policy endpoint {base_url} refused the API key (HTTP 401): set ${API_KEY_ENV} to the key it was "
+                "started with (its --api-key)."
+            )
         r.raise_for_status()
         ids = [m["id"] for m in r.json().get("data", [])]
     except (httpx.HTTPError, ValueError, KeyError) as e:
@@ -46,6 +81,12 @@ def check_endpoint(
 
 class PolicyServerProcess:
     """The local CPU policy server as a child process (context manager).
+
+    Clients may load adapters and weights into it from ``allowed_weight_dirs`` (symlinks followed, safetensors
+    only; the model's own directory always counts, ``()`` allows only that one); not given, that is the directory
+    of ``log_path`` when one is given (launchers write the log into the run's output directory, where the trainer
+    saves what it publishes), else runtime loading is off. ``api_key`` (default ``$EVOLVER_POLICY_API_KEY``)
+    reaches the child through its environment, never its command line; clients send it via ``policy_api_key``.
 
     Example:
         >>> with PolicyServerProcess("checkpoints/tiny-policy") as server:   # doctest: +SKIP
@@ -65,6 +106,8 @@ class PolicyServerProcess:
         log_path: str | Path | None = None,
         startup_timeout: float = 180.0,
         extra_args: list[str] | None = None,
+        allowed_weight_dirs: Sequence[str | Path] | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").exists():
@@ -84,6 +127,12 @@ class PolicyServerProcess:
         self.startup_timeout = startup_timeout
         self.extra_args = list(extra_args or [])
         """More ``trainers.policy_server`` flags, e.g. ``["--allow-template-without-tools"]``."""
+        if allowed_weight_dirs is None and log_path is not None:
+            allowed_weight_dirs = [self.log_path.parent]
+        self.allowed_weight_dirs = None if allowed_weight_dirs is None else [Path(d) for d in allowed_weight_dirs]
+        """Where clients may load adapters / weights from at runtime (see the class docstring); None: off."""
+        self.api_key = api_key or os.environ.get(API_KEY_ENV) or None
+        """The key the server requires (``$EVOLVER_POLICY_API_KEY`` unless given), or None for none."""
         self._proc: subprocess.Popen | None = None
         self._log: Any = None
 
@@ -105,9 +154,16 @@ class PolicyServerProcess:
             cmd += ["--threads", str(self.threads)]
         if not self.prefix_caching:
             cmd.append("--no-enable-prefix-caching")
+        if self.allowed_weight_dirs is not None:
+            for d in self.allowed_weight_dirs:
+                d.mkdir(parents=True, exist_ok=True)  # the server refuses a missing directory
+            cmd += runtime_update_flags(self.allowed_weight_dirs)
         cmd += self.extra_args
+        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        if self.api_key:
+            env[API_KEY_ENV] = self.api_key
         self._log = self.log_path.open("w")
-        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ})
+        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

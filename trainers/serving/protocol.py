@@ -18,9 +18,17 @@ __all__ = [
     "UpdateWeightsRequest",
     "build_choice",
     "error_response",
+    "error_responses",
 ]
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailable"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    500: "InternalServerError",
+    503: "ServiceUnavailable",
+}
 
 
 # -- request bodies (the HTTP boundary) -------------------------------------------------------
@@ -117,6 +125,33 @@ class UnloadAdapterRequest(BaseModel):
 
 
 # -- responses -----------------------------------------------------------------------------
+class _ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``{"error": {"message", "type", "param", "code"}}`` (OpenAI's shape)."""
+
+    error: _ErrorDetail
+
+
+_ERROR_WHEN = {
+    400: "Bad request body, prompt too long, or weights that cannot be read (not safetensors, another base).",
+    401: "Missing or wrong API key: send 'Authorization: Bearer <key>' (the server's --api-key).",
+    403: "Runtime weight loading is off (--allow-runtime-updates) or the path is outside --allowed-weight-dirs.",
+    404: "Unknown model or adapter, or no adapter at the path.",
+    503: "The generation worker stopped or keeps failing.",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of a route that can answer with these error ``codes``."""
+    return {code: {"model": ErrorBody, "description": _ERROR_WHEN[code]} for code in codes}
+
+
 def error_response(status: int, message: str, *, param: str | None = None) -> JSONResponse:
     body = {"message": message, "type": _ERROR_TYPES.get(status, "BadRequestError"), "param": param, "code": status}
     return JSONResponse({"error": body}, status_code=status)

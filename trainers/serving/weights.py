@@ -6,7 +6,9 @@ copies the parameters of another ``save_pretrained`` directory (a full-weight tr
 into the live model in place, the way SGLang's ``/update_weights_from_disk`` does: everything is
 read and checked before the first parameter is written, so a bad directory leaves the old
 weights serving. ``directory_stamp`` tells whether an adapter directory changed on disk since it
-was loaded (a trainer may save every version to the same path).
+was loaded (a trainer may save every version to the same path). Only safetensors are read, for
+adapters and base weights alike: a pickled ``.bin`` / ``.pt`` file can run code when it is
+unpickled, and the path comes from an HTTP request.
 """
 
 from __future__ import annotations
@@ -20,7 +22,31 @@ import torch
 
 from .errors import GenerationError, UnknownModelError
 
-__all__ = ["activate_adapter", "delete_adapter", "directory_stamp", "load_adapter", "load_base_weights"]
+__all__ = [
+    "ADAPTER_WEIGHTS",
+    "activate_adapter",
+    "delete_adapter",
+    "directory_stamp",
+    "load_adapter",
+    "load_base_weights",
+]
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+"""The one adapter weights file read (peft's ``save_pretrained`` default); ``adapter_model.bin`` is refused."""
+_BASE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+"""A ``save_pretrained`` directory's safetensors weights: one file, or the index of its shards."""
+
+
+_PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".ckpt"}
+
+
+def _pickles_in(directory: Path) -> str:
+    """`` (it has adapter_model.bin: ...)`` when ``directory`` holds pickled weights, else ``""``."""
+    names = sorted(p.name for p in directory.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+    if not names:
+        return ""
+    return f" (it has {', '.join(names[:3])}: pickles, which this server never reads, since unpickling can run code)"
+
 
 logger = logging.getLogger("trainers.policy_server")
 
@@ -44,13 +70,18 @@ def load_adapter(model: Any, name: str, path: str) -> Path:
     adapter_dir = Path(path)
     if not (adapter_dir / "adapter_config.json").is_file():
         raise UnknownModelError(f"No adapter found for {path!r}: expected a directory with adapter_config.json.")
+    if not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+        raise GenerationError(
+            f"The LoRA adapter at {path!r} has no {ADAPTER_WEIGHTS}{_pickles_in(adapter_dir)}. Save it with "
+            "save_pretrained(..., safe_serialization=True), peft's default."
+        )
     from peft import PeftConfig, inject_adapter_in_model
-    from peft.utils import load_peft_weights
+    from safetensors.torch import load_file
 
     try:
         config = PeftConfig.from_pretrained(str(adapter_dir))
         config.inference_mode = True
-        saved = load_peft_weights(str(adapter_dir), device="cpu")
+        saved = load_file(adapter_dir / ADAPTER_WEIGHTS, device="cpu")
     except Exception as e:
         raise GenerationError(f"Could not read the LoRA adapter {name!r} at {path!r}: {type(e).__name__}: {e}") from e
     try:
@@ -147,8 +178,13 @@ def load_base_weights(model: Any, path: str) -> None:
             f"No model at {path!r} (no config.json): pass a directory written by save_pretrained; "
             "the served weights are unchanged."
         )
+    if not any((source / name).is_file() for name in _BASE_WEIGHTS):
+        raise GenerationError(
+            f"No safetensors weights at {path!r} (no {' or '.join(_BASE_WEIGHTS)}){_pickles_in(source)}: save them "
+            "with save_pretrained (safetensors is its default); the served weights are unchanged."
+        )
     try:
-        new = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32).state_dict()
+        new = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32, use_safetensors=True).state_dict()
     except Exception as e:
         raise GenerationError(f"Could not load weights from {path!r}: {type(e).__name__}: {e}") from e
     # With adapters loaded, PEFT wraps each target layer: its base weight is `<layer>.base_layer.weight`.

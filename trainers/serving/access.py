@@ -1,0 +1,179 @@
+"""Who may call the policy server, and which weights it may load at runtime.
+
+- ``BearerKeyMiddleware``: with an API key set (``--api-key`` / ``$EVOLVER_POLICY_API_KEY``),
+  every route but ``/health`` needs ``Authorization: Bearer <key>``; anything else is a 401 that
+  says what to send, answered before the request body is parsed.
+- ``WeightAccess``: whether ``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter`` and
+  ``/update_weights_from_disk`` are served at all (``--allow-runtime-updates``; a 403 naming the
+  flag otherwise), and the directories a requested path must lie in once symlinks are followed
+  (``--allowed-weight-dirs``; the model's own directory always counts). vLLM gates the first with
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` and has neither the key-less default nor the directories.
+- ``check_bind``: a non-loopback address without a key is refused unless ``--insecure``.
+
+Only safetensors are ever read (``trainers.serving.weights``): a pickled ``.bin`` can run code.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ForbiddenError
+
+__all__ = [
+    "API_KEY_ENV",
+    "OPEN_PATHS",
+    "BearerKeyMiddleware",
+    "WeightAccess",
+    "check_bind",
+    "is_loopback",
+    "split_dirs",
+]
+
+API_KEY_ENV = "EVOLVER_POLICY_API_KEY"
+"""The environment variable the server reads its key from, and the clients (``PolicyChatModel``) send."""
+
+OPEN_PATHS = frozenset({"/health"})
+"""Routes served without a key: load balancers and ``PolicyServerProcess`` poll them."""
+
+RUNTIME_UPDATE_FLAG = "--allow-runtime-updates"
+WEIGHT_DIRS_FLAG = "--allowed-weight-dirs"
+
+
+# -- the API key -----------------------------------------------------------------------------------
+class BearerKeyMiddleware:
+    """Raw-ASGI middleware: 401 unless ``Authorization: Bearer <key>`` matches (routes in ``OPEN_PATHS`` excepted).
+
+    Raw ASGI rather than a FastAPI dependency so that no route, including ``/docs`` and
+    ``/openapi.json``, can be added without it, and so that a refused request's body is never parsed.
+    """
+
+    def __init__(self, app: Any, *, api_key: str) -> None:
+        if not api_key:
+            raise ValueError("BearerKeyMiddleware needs a non-empty api_key.")
+        self.app, self._key = app, api_key.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, value = header.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._key):
+            return await self.app(scope, receive, send)
+        problem = "This policy server requires an API key" if not header else "The API key sent is wrong or malformed"
+        message = (
+            f"{problem}: send 'Authorization: Bearer <key>' with the key the server was started with (--api-key or "
+            f"${API_KEY_ENV}). PolicyChatModel, check_endpoint and the trainer send ${API_KEY_ENV}: set it in the "
+            "client's environment too."
+        )
+        await _drain(receive, 1 << 20)
+        body = json.dumps(
+            {"error": {"message": message, "type": "AuthenticationError", "param": None, "code": 401}}
+        ).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b"Bearer"),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _drain(receive: Any, limit: int) -> None:
+    """Read and drop up to ``limit`` bytes of the refused request, so the client reads our 401, not a reset."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        seen += len(message.get("body", b""))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (``127.0.0.1``, ``::1``, ``localhost``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_bind(host: str, *, api_key: str | None, insecure: bool) -> None:
+    """Refuse (``SystemExit``) to listen on a non-loopback ``host`` without an API key, unless ``insecure``."""
+    if api_key or insecure or is_loopback(host):
+        return
+    raise SystemExit(
+        f"error: refusing to serve on {host} without an API key: anyone who can reach this address could use the "
+        f"policy (and, with {RUNTIME_UPDATE_FLAG}, load weights into it). Set ${API_KEY_ENV} (or --api-key) and "
+        "send it from the clients, bind --host 127.0.0.1, or pass --insecure on a network you trust."
+    )
+
+
+# -- runtime weight loading -------------------------------------------------------------------------
+def split_dirs(values: Iterable[str] | None) -> list[str]:
+    """``--allowed-weight-dirs`` values, each repeatable and comma-separated, as one list (blanks dropped)."""
+    return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightAccess:
+    """Whether the runtime weight routes are served, and from which directories they may read.
+
+    Example:
+        >>> access = WeightAccess(allow=True, dirs=(Path("/srv/runs"),))
+        >>> access.check("/srv/runs/a/../step-1", route="/v1/load_lora_adapter")
+        PosixPath('/srv/runs/step-1')
+        >>> access.check("/srv/runs/../secrets", route="/v1/load_lora_adapter")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        trainers.serving.errors.ForbiddenError: /v1/load_lora_adapter: '/srv/runs/../secrets' (resolved: ...
+    """
+
+    allow: bool
+    """Serve ``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter`` and ``/update_weights_from_disk`` at all."""
+    dirs: tuple[Path, ...] | None
+    """Resolved directories a requested path must lie in; None: anywhere (a server embedded in trusted code)."""
+
+    @classmethod
+    def create(cls, *, allow: bool, dirs: Sequence[str | Path] | None, model_dir: str | Path) -> WeightAccess:
+        """Resolve ``dirs`` (symlinks followed) and add the model's own directory; ``dirs=None`` confines nothing.
+
+        Raises ``ValueError`` naming a directory that does not exist.
+        """
+        if dirs is None:
+            return cls(allow=allow, dirs=None)
+        resolved: list[Path] = []
+        for d in [*dirs, model_dir]:
+            path = Path(d).expanduser().resolve()
+            if not path.is_dir():
+                raise ValueError(f"{WEIGHT_DIRS_FLAG} {d}: no such directory; create it first or fix the path.")
+            if path not in resolved:
+                resolved.append(path)
+        return cls(allow=allow, dirs=tuple(resolved))
+
+    def check_allowed(self, route: str) -> None:
+        """403 unless runtime updates are on."""
+        if not self.allow:
+            raise ForbiddenError(
+                f"{route} is off on this server: runtime weight loading is disabled by default. Start the server "
+                f"with {RUNTIME_UPDATE_FLAG} and {WEIGHT_DIRS_FLAG} DIR (the directories it may read weights from; "
+                "PolicyServerProcess(..., allowed_weight_dirs=[...]) passes both)."
+            )
+
+    def check(self, path: str, *, route: str) -> Path:
+        """The resolved ``path`` (symlinks followed); 403 when runtime updates are off or it lies outside ``dirs``."""
+        self.check_allowed(route)
+        resolved = Path(path).expanduser().resolve()
+        if self.dirs is not None and not any(resolved.is_relative_to(d) for d in self.dirs):
+            allowed = ", ".join(str(d) for d in self.dirs)
+            raise ForbiddenError(
+                f"{route}: {path!r} (resolved: {resolved}) is outside the directories this server may load weights "
+                f"from ({allowed}); save it under one of them, or restart the server with {WEIGHT_DIRS_FLAG} naming "
+                "its directory."
+            )
+        return resolved
