@@ -154,9 +154,7 @@ class PolicyServerProcess:
             cmd += ["--threads", str(self.threads)]
         if not self.prefix_caching:
             cmd.append("--no-enable-prefix-caching")
-        if self.allowed_weight_dirs is not None:
-            for d in self.allowed_weight_dirs:
-                d.mkdir(parents=True, exist_ok=True)  # the server refuses a missing directory
+        if self.allowed_weight_dirs is not None:  # each must exist: the server refuses to start otherwise
             cmd += runtime_update_flags(self.allowed_weight_dirs)
         cmd += self.extra_args
         env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
