@@ -215,7 +215,8 @@ def evaluate(base_url: str, tasks: list, checkpoint: Path | None, model: str, ev
     weights through ``/update_weights_from_disk`` and ``base_path``'s weights are put back after.
     """
     from langgraph_evolver.errors import EvolverError
-    from trainers.evaluate import _load_adapter, evaluate_endpoint, group_by_task, summarize
+    from langgraph_evolver.experience.extractor import group_by_task
+    from trainers.evaluate import _load_adapter, evaluate_endpoint, summarize
     from trainers.sync import load_weights, unload_adapter
 
     def serve_weights(path: Path, version: str) -> None:

@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 def figures(eval_dir: Path) -> dict[str, Any]:
     """avg, se (over per-task means), success, well_formed, tasks, samples of one evaluation directory."""
+    from langgraph_evolver.scoring import failed_rollouts, well_formed_counts
     from langgraph_evolver.types import Trajectory, read_jsonl
-    from trainers.evaluate import failed_rollouts, task_means, well_formed_counts
+    from trainers.evaluate import task_means
 
     trajectories = [Trajectory.from_dict(d) for d in read_jsonl(eval_dir / "trajectories.jsonl")]
     failed = failed_rollouts(trajectories)

@@ -79,7 +79,7 @@ def choose_groups(trajs: list[Trajectory], max_tokens: int, mult: int, penalty: 
     """The smallest groups (tasks) whose every rollout has a non-zero advantage, as many as fit in ``max_tokens``
     (unmerged; at least one); calls trimmed to a multiple of ``mult``."""
     from langgraph_evolver.advantages import group_advantages
-    from trainers.grpo_trainer import shaped_reward
+    from langgraph_evolver.scoring import shaped_reward
 
     by_task: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajs:
@@ -146,9 +146,10 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from langgraph_evolver.scoring import shaped_reward
     from trainers.config import EvolverGRPOConfig
     from trainers.grpo import task_dataset
-    from trainers.grpo_trainer import EvolverGRPOTrainer, shaped_reward
+    from trainers.grpo_trainer import EvolverGRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)

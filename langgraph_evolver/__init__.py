@@ -1,51 +1,79 @@
 """langgraph-evolver: make tool-using LangGraph agents improve themselves.
 
-The library holds the data types, the policy chat model, context templates, the rollout runner
-and tracing; it imports no torch, trl or fastapi (those live behind the ``train``/``serve``
-extras in ``trainers/`` and ``env_tools/server.py``).
+What a LangGraph user calls, by job (``ARCHITECTURE.md`` says where each lives):
+
+- **Run and record your agent**: ``EvolverMiddleware`` (one line in ``create_agent``), ``AgentSpec`` /
+  ``as_agent``, ``PolicyChatModel``, ``run_rollouts`` / ``arun_rollouts``, ``arun_episode``,
+  ``TrajectoryRecorder``, ``current_rollout``, ``environment_tools``.
+- **Environments**: ``Environment``, ``load_environment``, ``register_environment``, ``list_environments``.
+- **Self-questioning**: ``synthesize_tasks`` / ``asynthesize_tasks`` / ``create_synthesis_node``, ``TaskStore``.
+- **Self-navigating**: ``extract_experiences`` / ``aextract_experiences`` / ``create_extraction_node``,
+  ``Navigator``, ``make_extractor``, ``is_guided``, ``retrieved_ids``.
+- **Self-attributing**: ``attribute_steps`` / ``aattribute_steps`` / ``create_attribution_node``,
+  ``attribute_batch`` / ``aattribute_batch``, ``make_judge``, ``LLMJudge``, ``ReferenceJudge``, ``apply_attribution``.
+- **Context templates**: ``get_context_template``, ``register_context_template``, ``ContextTemplate``,
+  ``manage_context`` / ``amanage_context`` / ``create_context_node``.
+- **Recorded traces**: ``ingest_traces`` / ``aingest_traces`` / ``create_ingest_node``.
+- **Rewards and advantages**: ``shaped_reward``, ``transition_advantages``, ``group_advantages``, ``adca_advantages``.
+- **Tracing**: ``JsonlTracer``, ``RolloutTracer``, ``langsmith_callbacks``, ``annotate_rollouts``,
+  ``write_evaluation_experiments``, ``read_runs``, ``build_run_tree``.
+- **Settings and errors**: ``LLMSettings``; ``EvolverError`` and its subclasses.
+- **The vocabulary**: ``Task``, ``Action``, ``Observation``, ``StepResult``, ``ToolCall``, ``ToolObservation``,
+  ``Transition``, ``Step``, ``Trajectory``, ``read_jsonl``, ``write_jsonl``.
+
+Everything else is importable from its module (``langgraph_evolver.tracing``, ``.experience``, ...) and may
+change. The library imports no torch, trl or fastapi (those live in ``trainers/`` and ``env_tools/server.py``).
 """
 
-from .advantages import ADCAAdvantages, GroupAdvantages, adca_advantages, adca_alpha, group_advantages
+from ._llm import LLMSettings
+from .advantages import adca_advantages, group_advantages
 from .agent_spec import AgentSpec, as_agent
 from .attribution import (
-    Attribution,
-    Judge,
-    JudgeStats,
     LLMJudge,
     ReferenceJudge,
-    StepLabel,
     aattribute_batch,
     aattribute_steps,
     apply_attribution,
     attribute_batch,
     attribute_steps,
     create_attribution_node,
-    label_signs,
     make_judge,
-    summarize_attributions,
 )
-from .batch import arun_rollout_items, arun_rollouts, run_rollouts
-from .capture import TrajectoryRecorder, TurnLimitReached
-from .chat_model import PolicyChatModel, transition_from_message
-from .context import ContextTemplate, causal_template, get_context_template, register_context_template
-from .environment_tools import EnvironmentTool, current_rollout, environment_tools
+from .batch import arun_rollouts, run_rollouts
+from .capture import TrajectoryRecorder
+from .chat_model import PolicyChatModel
+from .context import (
+    ContextTemplate,
+    amanage_context,
+    create_context_node,
+    get_context_template,
+    manage_context,
+    register_context_template,
+)
+from .environment import Environment, list_environments, load_environment, register_environment
+from .environment_tools import current_rollout, environment_tools
 from .episode import arun_episode
 from .errors import ConfigError, EnvironmentFailure, EvolverError, PolicyEndpointError
+from .experience import (
+    Navigator,
+    aextract_experiences,
+    create_extraction_node,
+    extract_experiences,
+    is_guided,
+    make_extractor,
+    retrieved_ids,
+)
+from .ingest import aingest_traces, create_ingest_node, ingest_traces
 from .middleware import EvolverMiddleware
+from .questioning import TaskStore, asynthesize_tasks, create_synthesis_node, synthesize_tasks
+from .scoring import shaped_reward, transition_advantages
 from .tracing import (
     JsonlTracer,
     RolloutTracer,
-    TraceLimits,
     annotate_rollouts,
     build_run_tree,
     langsmith_callbacks,
-    langsmith_client,
-    langsmith_enabled,
-    read_feedback,
     read_runs,
-    trace_metadata,
-    trace_tool_calls,
-    with_training_step,
     write_evaluation_experiments,
 )
 from .types import (
@@ -63,72 +91,86 @@ from .types import (
 )
 
 __all__ = [
+    # run and record your agent
     "AgentSpec",
-    "EnvironmentTool",
     "EvolverMiddleware",
+    "PolicyChatModel",
     "TrajectoryRecorder",
-    "TurnLimitReached",
     "arun_episode",
+    "arun_rollouts",
     "as_agent",
     "current_rollout",
     "environment_tools",
-    "ADCAAdvantages",
-    "Action",
-    "Attribution",
-    "ConfigError",
+    "run_rollouts",
+    # environments
+    "Environment",
+    "list_environments",
+    "load_environment",
+    "register_environment",
+    # self-questioning
+    "TaskStore",
+    "asynthesize_tasks",
+    "create_synthesis_node",
+    "synthesize_tasks",
+    # self-navigating
+    "Navigator",
+    "aextract_experiences",
+    "create_extraction_node",
+    "extract_experiences",
+    "is_guided",
+    "make_extractor",
+    "retrieved_ids",
+    # self-attributing
+    "LLMJudge",
+    "ReferenceJudge",
+    "aattribute_batch",
+    "aattribute_steps",
+    "apply_attribution",
+    "attribute_batch",
+    "attribute_steps",
+    "create_attribution_node",
+    "make_judge",
+    # context templates
     "ContextTemplate",
+    "amanage_context",
+    "create_context_node",
+    "get_context_template",
+    "manage_context",
+    "register_context_template",
+    # recorded traces
+    "aingest_traces",
+    "create_ingest_node",
+    "ingest_traces",
+    # rewards and advantages
+    "adca_advantages",
+    "group_advantages",
+    "shaped_reward",
+    "transition_advantages",
+    # tracing
+    "JsonlTracer",
+    "RolloutTracer",
+    "annotate_rollouts",
+    "build_run_tree",
+    "langsmith_callbacks",
+    "read_runs",
+    "write_evaluation_experiments",
+    # settings and errors
+    "ConfigError",
     "EnvironmentFailure",
     "EvolverError",
-    "GroupAdvantages",
-    "JsonlTracer",
-    "Judge",
-    "JudgeStats",
-    "LLMJudge",
-    "Observation",
-    "PolicyChatModel",
+    "LLMSettings",
     "PolicyEndpointError",
-    "ReferenceJudge",
-    "RolloutTracer",
-    "TraceLimits",
+    # the vocabulary
+    "Action",
+    "Observation",
     "Step",
-    "StepLabel",
     "StepResult",
     "Task",
     "ToolCall",
     "ToolObservation",
     "Trajectory",
     "Transition",
-    "aattribute_batch",
-    "aattribute_steps",
-    "adca_advantages",
-    "adca_alpha",
-    "annotate_rollouts",
-    "apply_attribution",
-    "arun_rollout_items",
-    "arun_rollouts",
-    "attribute_batch",
-    "attribute_steps",
-    "build_run_tree",
-    "causal_template",
-    "create_attribution_node",
-    "get_context_template",
-    "group_advantages",
-    "label_signs",
-    "langsmith_callbacks",
-    "langsmith_client",
-    "langsmith_enabled",
-    "make_judge",
     "read_jsonl",
-    "read_feedback",
-    "read_runs",
-    "register_context_template",
-    "run_rollouts",
-    "summarize_attributions",
-    "trace_metadata",
-    "trace_tool_calls",
-    "transition_from_message",
-    "with_training_step",
-    "write_evaluation_experiments",
     "write_jsonl",
 ]
 __version__ = "0.1.0"

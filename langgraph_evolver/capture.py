@@ -37,6 +37,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from ._llm import message_text
 from .chat_model import POLICY_MARKER, transition_from_message
 from .context.templates import strip_thoughts
 from .errors import EvolverError
@@ -69,10 +70,6 @@ class _QuietTurnLimit(logging.Filter):
 
 
 logging.getLogger("langchain_core.callbacks.manager").addFilter(_QuietTurnLimit())
-
-
-def message_text(message: BaseMessage) -> str:
-    return message.content if isinstance(message.content, str) else message.text
 
 
 def calls_of(ai: AIMessage, turn: int = 0) -> list[ToolCall]:

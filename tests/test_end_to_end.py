@@ -16,9 +16,9 @@ from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
 from langgraph_evolver.batch import arun_rollouts, run_rollouts
 from langgraph_evolver.chat_model import PolicyChatModel
+from langgraph_evolver.scoring import well_formed_counts
 from langgraph_evolver.tracing import JsonlTracer, build_run_tree, read_runs
 from trainers.chat_format import EOS_TOKEN, parse_tool_calls
-from trainers.evaluate import well_formed_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_POLICY = ROOT / "checkpoints" / "tiny-policy"

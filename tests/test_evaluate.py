@@ -6,8 +6,9 @@ import io
 
 import pytest
 
+from langgraph_evolver.scoring import well_formed_counts
 from langgraph_evolver.types import Action, Step, Task, ToolCall, Trajectory
-from trainers.evaluate import paired_gain, print_report, summarize, task_means, well_formed_counts
+from trainers.evaluate import paired_gain, print_report, summarize, task_means
 
 CALL = Action(tool_calls=(ToolCall(name="get_balance", arguments={}),))
 

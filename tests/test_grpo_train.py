@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from langgraph_evolver.scoring import well_formed_counts
 from langgraph_evolver.types import Trajectory, read_jsonl
 from tests.conftest import LORA
-from trainers.evaluate import well_formed_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")

@@ -400,7 +400,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         else:
             from .models import resolve_model
 
-            server = PolicyServerProcess(resolve_model(args.model_path), log_path=out / "policy_server.log")
+            server = PolicyServerProcess(
+                resolve_model(args.model_path),
+                log_path=out / "policy_server.log",
+                allowed_weight_dirs=[out, *([args.adapter] if args.adapter else [])],
+            )
             out.mkdir(parents=True, exist_ok=True)
             print(f"starting the policy server on {args.model_path} …", file=sys.stderr)
             server.start()

@@ -291,7 +291,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         base_model = base_model or served[0]
     elif state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        server = PolicyServerProcess(model_path, log_path=out / "policy_server.log", threads=cfg.policy_server_threads,
+        server = PolicyServerProcess(model_path, log_path=out / "policy_server.log", allowed_weight_dirs=[out],
+                                     threads=cfg.policy_server_threads,
                                      max_batch_size=cfg.policy_server_max_batch_size,
                                      extra_args=["--allow-template-without-tools"]
                                      * cfg.allow_template_without_tools)  # fmt: skip

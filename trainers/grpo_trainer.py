@@ -59,7 +59,7 @@ from langgraph_evolver.attribution import (
     summarize_attributions,
     write_langsmith_feedback,
 )
-from langgraph_evolver.scoring import failed_rollouts, shaped_reward, transition_advantages
+from langgraph_evolver.scoring import failed_rollouts, transition_advantages
 from langgraph_evolver.tracing import annotate_rollouts, langsmith_enabled, with_training_step
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
@@ -81,7 +81,6 @@ from .samples import (
 
 __all__ = [
     "EvolverGRPOTrainer",
-    "shaped_reward",  # langgraph_evolver.scoring's, re-exported for benchmarks/trainer.py
     "trainable_parameters",
 ]
 
@@ -467,6 +466,7 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
         from accelerate.utils import broadcast_object_list
 
         from langgraph_evolver.experience import Experience, extract_experiences, prepare_for_training
+        from langgraph_evolver.experience.navigate import is_guided, retrieved_ids
 
         nav = self.args.navigation_settings
         prepared = prepare_for_training(trajectories, self._tokenizer, mode=nav.mode)
@@ -475,8 +475,8 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
                               [[{"reward": t.reward, "metadata": {"experience": t.metadata.get("experience")},
                                  "experience_ids": list(t.experience_ids)} for t in trajectories]])  # fmt: skip
         everything = [t for rank in ranks for t in rank]
-        guided = [t for t in everything if (t.get("metadata") or {}).get("experience")]
-        retrieved = [t for t in guided if t.get("experience_ids")]
+        guided = [t for t in everything if is_guided(t)]
+        retrieved = [t for t in guided if retrieved_ids(t)]
         m["navigation/guided_share"].append(len(guided) / len(everything) if everything else 0.0)
         m["navigation/retrieved_share"].append(len(retrieved) / len(guided) if guided else 0.0)
         for name, group in (("guided", guided), ("unguided", [t for t in everything if t not in guided])):
@@ -485,7 +485,7 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
                 m[f"navigation/{name}_reward"].append(statistics.fmean(rewards))
         m["navigation/strip_failed"].append(prepared.strip_failed)
         for t in retrieved:  # use counts: every rank applies the same updates, so pools stay identical
-            self.pool.record_use(t["experience_ids"], succeeded=(t.get("reward") or 0.0) >= 1.0)
+            self.pool.record_use(retrieved_ids(t), succeeded=(t.get("reward") or 0.0) >= 1.0)
         if step % nav.update_every == 0:
             fresh: list = [None]
             if self.accelerator.is_main_process:

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from langgraph_evolver.errors import ConfigError, PolicyEndpointError
+from trainers.serving.process import policy_api_key
 
 __all__ = [
     "DiskSync",
@@ -52,12 +53,16 @@ def adapter_version_name(base: str, step: int) -> str:
     return f"{base}-lora-step{step}"
 
 
+def _auth(api_key: str | None) -> dict[str, str]:
+    """The bearer header: ``api_key``, else ``$EVOLVER_POLICY_API_KEY`` (``policy_api_key``)."""
+    return {"Authorization": f"Bearer {policy_api_key(api_key)}"}
+
+
 def _post(base_url: str, route: str, payload: dict[str, Any], api_key: str, timeout: float) -> httpx.Response:
     """POST to a route of the endpoint's root (``base_url`` with or without ``/v1``)."""
     root = base_url.rstrip("/").removesuffix("/v1")
     try:
-        return httpx.post(f"{root}{route}", json=payload, headers={"Authorization": f"Bearer {api_key}"},
-                          timeout=timeout)  # fmt: skip
+        return httpx.post(f"{root}{route}", json=payload, headers=_auth(api_key), timeout=timeout)
     except httpx.HTTPError as e:
         raise PolicyEndpointError(f"Policy endpoint {root} unreachable for {route} ({type(e).__name__}: {e}).") from e
 
@@ -66,7 +71,7 @@ def served_models(base_url: str, *, api_key: str = "EMPTY", timeout: float = 30.
     """The model ids the endpoint serves (``/v1/models``: the base model and loaded adapters)."""
     root = base_url.rstrip("/").removesuffix("/v1")
     try:
-        r = httpx.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+        r = httpx.get(f"{root}/v1/models", headers=_auth(api_key), timeout=timeout)
     except httpx.HTTPError as e:
         raise PolicyEndpointError(f"Policy endpoint {root} unreachable for /v1/models ({type(e).__name__}: "
                                   f"{e}).") from e  # fmt: skip

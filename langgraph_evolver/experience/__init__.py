@@ -43,8 +43,10 @@ from .navigate import (
     epsilon_highs,
     format_block,
     inject_experience,
+    is_guided,
     prepare_for_training,
     retrieval_query,
+    retrieved_ids,
     strip_block,
 )
 from .pool import (
@@ -74,9 +76,11 @@ __all__ = [
     "extract_experiences",
     "format_block",
     "inject_experience",
+    "is_guided",
     "make_extractor",
     "merge_experiences",
     "prepare_for_training",
     "retrieval_query",
+    "retrieved_ids",
     "strip_block",
 ]
