@@ -21,22 +21,10 @@ from langgraph_evolver.scoring import (
     transition_advantages,
     well_formed_counts,
 )
-from langgraph_evolver.types import Action, Step, Task, Trajectory, Transition
-
-TASK = Task(id="t1", env="sandbox", query="q")
-
-
-def _traj(transitions: list[Transition], *, reward: float | None = 1.0, errors: int = 0, finish: str = "final_answer",
-          messages: tuple[str, ...] = ()):  # fmt: skip
-    steps = [Step(index=i, action=Action(content="x"), transition=tr, error="bad call" if i < errors else None)
-             for i, tr in enumerate(transitions)]  # fmt: skip
-    return Trajectory(id="g/0/x", task=TASK, steps=tuple(steps), reward=reward, finish_reason=finish,  # type: ignore[arg-type]
-                      errors=messages)  # fmt: skip
-
-
-def _tr(prompt, completion, logps=None, version="v0"):
-    return Transition(prompt_ids=tuple(prompt), completion_ids=tuple(completion),
-                      logprobs=tuple(logps or [-0.5] * len(completion)), model_version=version)  # fmt: skip
+from langgraph_evolver.types import Action, Step, Trajectory
+from tests._trajectories import TASK
+from tests._trajectories import make_trajectory as _traj
+from tests._trajectories import make_transition as _tr
 
 
 def test_docstring_examples():
