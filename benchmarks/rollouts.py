@@ -19,6 +19,12 @@ Ends with one JSON line:
   nodes taking the same node steps (two per agent step) at the same concurrency.
 - ``rollouts_per_s_c64_http``: the same rollouts with every environment behind the HTTP service
   (``python -m env_tools.server`` in its own process).
+- ``http_vs_inprocess_rollouts``: rollouts/s over HTTP / rollouts/s in-process, the two alternated
+  in the same run (median of the repetitions; target >= 0.5).
+- ``env_service_concurrent_vs_sequential``: instances created per second by 128 concurrent clients
+  (1,024 creates, held until all are made) / by one client creating them in sequence, against the
+  same service from this process, alternated (median; target >= 1.0: concurrency must not slow
+  the service down). ``env_creates_per_s_seq`` / ``env_creates_per_s_c128`` are the medians.
 - ``policy_server_batch_speedup``: completion tokens/s of the CPU policy server with 32
   concurrent requests over 32 sequential ones, on the tiny policy.
 """
@@ -187,7 +193,39 @@ def bench_dropin(n: int, repeats: int) -> dict[str, float]:
     }
 
 
-def bench_http(n: int) -> dict[str, float]:
+async def _create_rate(url: str, tasks, total: int, clients: int) -> float:
+    """Instances created per second by ``clients`` concurrent clients, ``total`` in all, on warm connections.
+
+    Each call runs in its own event loop, so it has its own connection pool: the sequential client is not
+    handed the connections the concurrent ones opened.
+    """
+    from env_tools.client import RemoteEnvironment, aclose_shared_clients
+
+    async def creates(total: int, clients: int) -> float:
+        envs = [RemoteEnvironment(url) for _ in range(total)]
+        share = total // clients
+
+        async def client(k: int) -> None:  # one client: its creates one after the other
+            for i in range(k * share, (k + 1) * share):
+                await envs[i].areset(tasks[i % len(tasks)])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(k) for k in range(clients)))
+        wall = time.perf_counter() - t0
+        for k in range(clients):  # released as each client would, not all 1,024 at once
+            await asyncio.gather(*(env.aclose() for env in envs[k * share : (k + 1) * share]))
+        return total / wall
+
+    try:
+        await creates(clients, clients)  # open the clients' connections
+        return await creates(total, clients)
+    finally:
+        await aclose_shared_clients()
+
+
+def bench_http(n: int, repeats: int) -> dict[str, float]:
+    import statistics
+
     import httpx
 
     from env_tools.client import remote_environment_factory
@@ -207,11 +245,23 @@ def bench_http(n: int) -> dict[str, float]:
         tasks = unique_tasks(n)
         factory = remote_environment_factory(url)
         asyncio.run(_rollouts(tasks[:64], factory))
-        wall, steps, reward = asyncio.run(_rollouts(tasks, factory))
-        assert reward == 1.0, f"over HTTP the scripted policy must still solve every task, got {reward}"
+        http, local, seq, conc = [], [], [], []
+        for _ in range(repeats):  # alternate, so drift on a shared machine hits every variant alike
+            wall, steps, reward = asyncio.run(_rollouts(tasks, factory))
+            assert reward == 1.0, f"over HTTP the scripted policy must still solve every task, got {reward}"
+            http.append((wall, steps))
+            local.append(asyncio.run(_rollouts(tasks))[0])
+            seq.append(asyncio.run(_create_rate(url, tasks, total=256, clients=1)))
+            conc.append(asyncio.run(_create_rate(url, tasks, total=1024, clients=128)))
+        med = statistics.median
+        wall, steps = sorted(http)[len(http) // 2]
         return {
             "rollouts_per_s_c64_http": round(len(tasks) / wall, 1),
             "ms_per_step_c64_http": round(1000 * wall / steps, 3),
+            "http_vs_inprocess_rollouts": round(med(lw / hw for lw, (hw, _) in zip(local, http, strict=True)), 2),
+            "env_creates_per_s_seq": round(med(seq)),
+            "env_creates_per_s_c128": round(med(conc)),
+            "env_service_concurrent_vs_sequential": round(med(c / q for c, q in zip(conc, seq, strict=True)), 2),
         }
     finally:
         proc.terminate()
@@ -238,7 +288,7 @@ def main() -> None:
     print(f"overhead: {figures}", file=sys.stderr)
     figures.update(bench_dropin(n, 3 if args.quick else 5))
     print(f"dropin: {figures}", file=sys.stderr)
-    figures.update(bench_http(n))
+    figures.update(bench_http(n, 3 if args.quick else 5))
     print(f"http: {figures}", file=sys.stderr)
     figures.update(bench_policy_server(args.model, args.quick))
     print(json.dumps(figures))

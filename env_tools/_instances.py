@@ -119,9 +119,12 @@ class InstanceTable:
     @contextmanager
     def reservation(self) -> Iterator[None]:
         """Hold one of the ``max_instances`` slots while an instance is being built."""
+        expired: list[_Instance] = []
         with self._lock:
-            expired = self._pop_expired_locked(time.monotonic())  # free idle slots first
             live = len(self._live) + self._pending
+            if live >= self.max_instances:  # free idle slots first; below the limit the sweep does it, so a
+                expired = self._pop_expired_locked(time.monotonic())  # create costs the same at any table size
+                live -= len(expired)
             if live < self.max_instances:
                 self._pending += 1
         for inst in expired:

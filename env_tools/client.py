@@ -2,9 +2,10 @@
 
 A rollout cannot tell it from a local environment: ``reset`` creates a server-side instance
 (releasing the previous one), ``step`` / ``evaluate`` act on it, ``close`` releases it. The sync
-methods use one shared ``httpx.Client`` per base URL; the async twins are native and share one
-``httpx.AsyncClient`` per base URL *and event loop* (an AsyncClient's connections belong to the
-loop that opened them), so 64 concurrent rollouts reuse one connection pool.
+methods share one connection pool per base URL; the async twins are native and share one pool per
+base URL *and event loop* (an AsyncClient's connections belong to the loop that opened them), so 64
+concurrent rollouts reuse one set of connections. A pool is a few small httpx clients rather than
+one big one (see ``_Pool``): httpx's per-request bookkeeping walks every connection of its pool.
 
 Failures raise ``RemoteEnvironmentFailure`` (an ``EnvironmentFailure``) carrying the server's
 message, the HTTP status and the error type. Calls are retried with a short backoff when the
@@ -25,9 +26,11 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -54,8 +57,14 @@ START_HINT = (
     "and pass its URL (http://host:port) to RemoteEnvironment."
 )
 # Idle connections expire before uvicorn's 5 s keep-alive closes them, so a request is never sent
-# on a socket the server is closing at that moment.
-_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=4.0)
+# on a socket the server is closing at that moment. Each shard keeps every connection it opens
+# alive: httpcore 1.0 closes an idle connection whenever the pool holds more connections in all
+# than max_keepalive_connections, so a smaller cap reopens a connection per request under load.
+_SHARD_CONNECTIONS = 8
+_MAX_SHARDS = 32  # 256 connections per base URL (and event loop) at most
+_SHARD_LIMITS = httpx.Limits(
+    max_connections=_SHARD_CONNECTIONS, max_keepalive_connections=_SHARD_CONNECTIONS, keepalive_expiry=4.0
+)
 _BACKOFF_S = 0.1
 _RETRY_AFTER_CAP_S = 5.0
 
@@ -75,21 +84,69 @@ class RemoteEnvironmentFailure(EnvironmentFailure):
 
 
 # -- shared connection pools ---------------------------------------------------------------------
+class _Pool:
+    """The connections to one base URL, spread over small httpx clients ("shards").
+
+    httpx (httpcore 1.0) walks every connection of its pool, polling each idle socket, when a
+    request starts and when one ends, so one pool of 128 connections spends more time on that
+    walk than on the request (measured: client CPU per create 1.7 ms alone, 5.4 ms with 128
+    concurrent ones). Shards of ``_SHARD_CONNECTIONS`` keep the walk short; a request goes to the
+    least busy shard and a new shard opens only when every shard is full.
+    """
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._lock = threading.Lock()  # the sync pool is shared by threads
+        self.clients: list[Any] = []
+        self._busy: list[int] = []
+        self.is_closed = False
+
+    def acquire(self) -> tuple[int, Any]:
+        """The shard (index, client) to send the next request on; ``release(index)`` once answered."""
+        with self._lock:
+            busy = self._busy
+            index = min(range(len(busy)), key=busy.__getitem__, default=-1)
+            if index < 0 or (busy[index] >= _SHARD_CONNECTIONS and len(busy) < _MAX_SHARDS):
+                self.clients.append(self._make())
+                busy.append(0)
+                index = len(busy) - 1
+            busy[index] += 1
+            return index, self.clients[index]
+
+    def release(self, index: int) -> None:
+        with self._lock:
+            if index < len(self._busy):  # else the pool was closed meanwhile
+                self._busy[index] -= 1
+
+    def take_clients(self) -> list[Any]:
+        with self._lock:
+            self.is_closed = True
+            clients, self.clients, self._busy = self.clients, [], []
+            return clients
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every shard: httpx would load the CA bundle again for each client (~15 ms)."""
+    return httpx.create_ssl_context()
+
+
 _clients_lock = threading.Lock()
-_sync_clients: dict[tuple[int, str], httpx.Client] = {}
-_async_clients: dict[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = {}
+_sync_clients: dict[tuple[int, str], _Pool] = {}
+_async_clients: dict[asyncio.AbstractEventLoop, dict[str, _Pool]] = {}
 
 
-def _sync_client(base_url: str) -> httpx.Client:
+def _sync_client(base_url: str) -> _Pool:
     key = (os.getpid(), base_url)  # a forked worker must not share its parent's sockets
     with _clients_lock:
-        client = _sync_clients.get(key)
-        if client is None or client.is_closed:
-            client = _sync_clients[key] = httpx.Client(base_url=base_url, limits=_LIMITS)
-        return client
+        pool = _sync_clients.get(key)
+        if pool is None or pool.is_closed:
+            shard = functools.partial(httpx.Client, base_url=base_url, limits=_SHARD_LIMITS, verify=_tls())
+            pool = _sync_clients[key] = _Pool(shard)
+        return pool
 
 
-def _async_client(base_url: str) -> httpx.AsyncClient:
+def _async_client(base_url: str) -> _Pool:
     loop = asyncio.get_running_loop()
     with _clients_lock:
         # Pooled connections point back at their loop, so weak keys would never drop: forget the pools
@@ -97,28 +154,31 @@ def _async_client(base_url: str) -> httpx.AsyncClient:
         for old in [old for old in _async_clients if old.is_closed()]:
             del _async_clients[old]
         per_loop = _async_clients.setdefault(loop, {})
-        client = per_loop.get(base_url)
-        if client is None or client.is_closed:
-            client = per_loop[base_url] = httpx.AsyncClient(base_url=base_url, limits=_LIMITS)
-        return client
+        pool = per_loop.get(base_url)
+        if pool is None or pool.is_closed:
+            shard = functools.partial(httpx.AsyncClient, base_url=base_url, limits=_SHARD_LIMITS, verify=_tls())
+            pool = per_loop[base_url] = _Pool(shard)
+        return pool
 
 
 def close_shared_clients() -> None:
     """Close the shared sync connection pools (they reopen on the next call)."""
     with _clients_lock:
-        clients = list(_sync_clients.values())
+        pools = list(_sync_clients.values())
         _sync_clients.clear()
-    for client in clients:
-        client.close()
+    for pool in pools:
+        for client in pool.take_clients():
+            client.close()
 
 
 async def aclose_shared_clients() -> None:
     """Close the running event loop's shared async connection pools; call before the loop ends."""
     loop = asyncio.get_running_loop()
     with _clients_lock:
-        clients = list(_async_clients.pop(loop, {}).values())
-    for client in clients:
-        await client.aclose()
+        pools = list(_async_clients.pop(loop, {}).values())
+    for pool in pools:
+        for client in pool.take_clients():
+            await client.aclose()
 
 
 # -- the environment -------------------------------------------------------------------------------
@@ -210,9 +270,10 @@ class RemoteEnvironment(Environment):
         raise RemoteEnvironmentFailure(message, status_code=response.status_code, error_type=error.get("type"))
 
     def _request(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
-        client = _sync_client(self.base_url)
+        pool = _sync_client(self.base_url)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            shard, client = pool.acquire()
             try:
                 response = client.request(method, path, headers=self._headers, timeout=self.timeout, **kwargs)
             except httpx.TransportError as e:
@@ -220,6 +281,8 @@ class RemoteEnvironment(Environment):
                     raise self._unreachable(e, method, path, attempt + 1) from e
                 time.sleep(self._delay(attempt))
                 continue
+            finally:
+                pool.release(shard)
             delay = None if last else self._retry_delay(response, idempotent, attempt)
             if delay is not None:
                 time.sleep(delay)
@@ -228,9 +291,10 @@ class RemoteEnvironment(Environment):
         raise AssertionError("unreachable")
 
     async def _arequest(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
-        client = _async_client(self.base_url)
+        pool = _async_client(self.base_url)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            shard, client = pool.acquire()
             try:
                 response = await client.request(method, path, headers=self._headers, timeout=self.timeout, **kwargs)
             except httpx.TransportError as e:
@@ -238,6 +302,8 @@ class RemoteEnvironment(Environment):
                     raise self._unreachable(e, method, path, attempt + 1) from e
                 await asyncio.sleep(self._delay(attempt))
                 continue
+            finally:
+                pool.release(shard)
             delay = None if last else self._retry_delay(response, idempotent, attempt)
             if delay is not None:
                 await asyncio.sleep(delay)

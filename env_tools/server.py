@@ -21,7 +21,10 @@ Limits: at most ``max_instances`` live instances (429 with ``Retry-After`` beyon
 request bodies over ``max_request_bytes`` are refused (413). An exception inside the
 environment becomes a JSON error (400 for ``EnvironmentFailure``, else 500); the service keeps
 serving. Environment calls run in the threadpool; each instance has its own lock, so calls to
-one instance are serialized while different instances run concurrently.
+one instance are serialized while different instances run concurrently. The instance endpoints
+are async and hop to the threadpool once per request, for the environment call and the JSON
+encoding of its answer (a sync FastAPI endpoint hops twice: its response model is validated in
+the threadpool too, and the answer already has the documented shape).
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from env_tools._instances import InstanceTable, ServiceError, error_body
@@ -177,6 +181,22 @@ def _guarded(what: str, fn: Callable[[], T]) -> T:
             "service is still running; create a new instance to continue.",
             "environment_error",
         ) from e
+
+
+def _encode(what: str, data: dict[str, Any]) -> bytes:
+    """JSON as ``JSONResponse`` writes it; a value JSON cannot hold is the environment's bug (500)."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as e:
+        raise ServiceError(
+            500, f"The environment's answer to {what} is not JSON-serializable: {e}.", "environment_error"
+        ) from e
+
+
+async def _answer(what: str, call: Callable[[], dict[str, Any]]) -> Response:
+    """Run ``call`` (environment work, which may block) and encode its answer in one threadpool hop."""
+    body = await run_in_threadpool(lambda: _encode(what, call()))
+    return Response(body, media_type="application/json")
 
 
 class _Catalog:
@@ -329,55 +349,71 @@ def create_app(
     def profile() -> dict[str, Any]:
         return catalog.profile()
 
+    # The instance endpoints return a ready Response: FastAPI then skips the response model (kept for
+    # the OpenAPI docs), and the request takes one threadpool hop instead of two.
     @app.post("/instances", response_model=CreateInstanceResponse)
-    def create_instance(body: CreateInstanceRequest) -> dict[str, Any]:
-        if body.task is not None:
-            task = Task.from_dict(body.task.model_dump())
-        else:
-            known = catalog.tasks(body.split)
-            task = known.get(body.task_id or "")
-            if task is None:
-                example = next(iter(known), None)
-                raise ServiceError(
-                    404,
-                    f"Unknown task id {body.task_id!r} in split {body.split!r} ({len(known)} tasks"
-                    + (f", e.g. {example!r}" if example else "")
-                    + f"). List them with GET /tasks?split={body.split}, or send the whole task as "
-                    '{"task": {...}}.',
-                    "unknown_task",
-                )
+    async def create_instance(body: CreateInstanceRequest) -> Response:
+        def create() -> dict[str, Any]:
+            if body.task is not None:
+                task = Task.from_dict(body.task.model_dump())
+            else:
+                known = catalog.tasks(body.split)
+                task = known.get(body.task_id or "")
+                if task is None:
+                    example = next(iter(known), None)
+                    raise ServiceError(
+                        404,
+                        f"Unknown task id {body.task_id!r} in split {body.split!r} ({len(known)} tasks"
+                        + (f", e.g. {example!r}" if example else "")
+                        + f"). List them with GET /tasks?split={body.split}, or send the whole task as "
+                        '{"task": {...}}.',
+                        "unknown_task",
+                    )
 
-        def build() -> tuple[Environment, dict[str, Any]]:
-            env = load_environment(env_name, **env_kwargs)
-            try:
-                return env, env.reset(task).to_dict()
-            except BaseException:
-                env.close()
-                raise
+            def build() -> tuple[Environment, dict[str, Any]]:
+                env = load_environment(env_name, **env_kwargs)
+                try:
+                    return env, env.reset(task).to_dict()
+                except BaseException:
+                    env.close()
+                    raise
 
-        with table.reservation():
-            env, observation = _guarded(f"reset for task {task.id!r}", build)
-            instance_id = table.add(env, task.id)
-        return {"instance_id": instance_id, "observation": observation}
+            with table.reservation():
+                env, observation = _guarded(f"reset for task {task.id!r}", build)
+                instance_id = table.add(env, task.id)
+            return {"instance_id": instance_id, "observation": observation}
+
+        return await _answer("reset", create)
 
     @app.post("/instances/{instance_id}/step", response_model=StepResultModel, response_model_exclude_none=True)
-    def step(instance_id: str, body: StepRequest) -> dict[str, Any]:
+    async def step(instance_id: str, body: StepRequest) -> Response:
         action = Action.from_dict(body.action.model_dump())
-        with table.use(instance_id) as inst:
-            return _guarded(f"step on instance {instance_id!r}", lambda: inst.env.step(action).to_dict())
+
+        def run() -> dict[str, Any]:
+            with table.use(instance_id) as inst:
+                result = _guarded(f"step on instance {instance_id!r}", lambda: inst.env.step(action).to_dict())
+            return {k: v for k, v in result.items() if v is not None}
+
+        return await _answer("step", run)
 
     @app.post("/instances/{instance_id}/evaluate", response_model=EvaluateResponse)
-    def evaluate(instance_id: str) -> dict[str, Any]:
-        with table.use(instance_id) as inst:
-            score = _guarded(f"evaluate on instance {instance_id!r}", lambda: float(inst.env.evaluate()))
-        if math.isnan(score) or not 0.0 <= score <= 1.0:
-            raise ServiceError(500, f"The environment returned score {score}, outside [0, 1].", "environment_error")
-        return {"score": score}
+    async def evaluate(instance_id: str) -> Response:
+        def run() -> dict[str, Any]:
+            with table.use(instance_id) as inst:
+                score = _guarded(f"evaluate on instance {instance_id!r}", lambda: float(inst.env.evaluate()))
+            if math.isnan(score) or not 0.0 <= score <= 1.0:
+                raise ServiceError(500, f"The environment returned score {score}, outside [0, 1].", "environment_error")
+            return {"score": score}
+
+        return await _answer("evaluate", run)
 
     @app.delete("/instances/{instance_id}", response_model=ReleaseResponse)
-    def release(instance_id: str) -> dict[str, Any]:
-        table.release(instance_id)
-        return {"released": instance_id}
+    async def release(instance_id: str) -> Response:
+        def run() -> dict[str, Any]:
+            table.release(instance_id)  # waits for a call in flight on the instance, then closes it
+            return {"released": instance_id}
+
+        return await _answer("release", run)
 
     return app
 
