@@ -6,53 +6,34 @@ drain what the client is still sending so it gets the answer rather than a conne
 
 from __future__ import annotations
 
-import hmac
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from env_tools._instances import error_body
+from langgraph_evolver._serving import BearerAuthMiddleware as _BearerAuth
+from langgraph_evolver._serving import drain_request, send_json_error
 
 __all__ = ["BearerAuthMiddleware", "BodyLimitMiddleware"]
 
 
 async def _send_error(send: Any, status: int, message: str, type: str, headers: Sequence[tuple[bytes, bytes]] = ()):
-    body = json.dumps(error_body(message, type)).encode()
-    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_json_error(send, status, error_body(message, type), headers)
 
 
-async def _drain(receive: Any, limit: int) -> None:
-    """Read and drop up to ``limit`` request bytes, so the client gets our answer, not a reset."""
-    seen = 0
-    while seen <= limit:
-        message = await receive()
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return
-        seen += len(message.get("body", b""))
+def _refusal(problem: str) -> dict[str, Any]:
+    what = "This service requires a bearer token" if problem == "missing" else "The bearer token is wrong or malformed"
+    how = (
+        "send 'Authorization: Bearer <token>' with the token the service was started with "
+        "(--token or EVOLVER_ENV_TOKEN); RemoteEnvironment(url, token=...) does this."
+    )
+    return error_body(f"{what}: {how}", "unauthorized")
 
 
-class BearerAuthMiddleware:
-    """Answer 401 unless ``Authorization: Bearer <token>`` matches (except on ``open_paths``)."""
+class BearerAuthMiddleware(_BearerAuth):
+    """401 unless ``Authorization: Bearer <token>`` matches (``open_paths`` excepted), in ``error_body`` shape."""
 
     def __init__(self, app: Any, *, token: str, open_paths: Sequence[str] = ()) -> None:
-        self.app, self._token, self._open = app, token.encode(), set(open_paths)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in self._open:
-            return await self.app(scope, receive, send)
-        header = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, value = header.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._token):
-            return await self.app(scope, receive, send)
-        how = (
-            "send 'Authorization: Bearer <token>' with the token the service was started with "
-            "(--token or EVOLVER_ENV_TOKEN); RemoteEnvironment(url, token=...) does this."
-        )
-        problem = "This service requires a bearer token" if not header else "The bearer token is wrong or malformed"
-        await _drain(receive, 1 << 20)
-        await _send_error(send, 401, f"{problem}: {how}", "unauthorized", [(b"www-authenticate", b"Bearer")])
+        super().__init__(app, token=token, open_paths=open_paths, refusal=_refusal)
 
 
 class BodyLimitMiddleware:
@@ -62,7 +43,7 @@ class BodyLimitMiddleware:
         self.app, self.max_bytes = app, max_bytes
 
     async def _reject(self, receive: Any, send: Any, size: str) -> None:
-        await _drain(receive, 16 * self.max_bytes)
+        await drain_request(receive, 16 * self.max_bytes)
         message = (
             f"The request body is {size} bytes, over this service's limit of {self.max_bytes} bytes. Send a "
             "smaller request, or start the service with a larger --max-request-bytes."

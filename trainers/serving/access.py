@@ -15,13 +15,12 @@ Only safetensors are ever read (``trainers.serving.weights``): a pickled ``.bin`
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from langgraph_evolver._serving import BearerAuthMiddleware, is_loopback
 
 from .errors import ForbiddenError
 
@@ -46,62 +45,25 @@ WEIGHT_DIRS_FLAG = "--allowed-weight-dirs"
 
 
 # -- the API key -----------------------------------------------------------------------------------
-class BearerKeyMiddleware:
-    """Raw-ASGI middleware: 401 unless ``Authorization: Bearer <key>`` matches (routes in ``OPEN_PATHS`` excepted).
-
-    Raw ASGI rather than a FastAPI dependency so that no route, including ``/docs`` and
-    ``/openapi.json``, can be added without it, and so that a refused request's body is never parsed.
-    """
+class BearerKeyMiddleware(BearerAuthMiddleware):
+    """401 unless ``Authorization: Bearer <key>`` matches (``OPEN_PATHS`` excepted), in OpenAI's error shape."""
 
     def __init__(self, app: Any, *, api_key: str) -> None:
         if not api_key:
             raise ValueError("BearerKeyMiddleware needs a non-empty api_key.")
-        self.app, self._key = app, api_key.encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
-            return await self.app(scope, receive, send)
-        header = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, value = header.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._key):
-            return await self.app(scope, receive, send)
-        problem = "This policy server requires an API key" if not header else "The API key sent is wrong or malformed"
-        message = (
-            f"{problem}: send 'Authorization: Bearer <key>' with the key the server was started with (--api-key or "
-            f"${API_KEY_ENV}). PolicyChatModel, check_endpoint and the trainer send ${API_KEY_ENV}: set it in the "
-            "client's environment too."
-        )
-        await _drain(receive, 1 << 20)
-        body = json.dumps(
-            {"error": {"message": message, "type": "AuthenticationError", "param": None, "code": 401}}
-        ).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b"Bearer"),
-        ]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        super().__init__(app, token=api_key, open_paths=tuple(OPEN_PATHS), refusal=_refusal)
 
 
-async def _drain(receive: Any, limit: int) -> None:
-    """Read and drop up to ``limit`` bytes of the refused request, so the client reads our 401, not a reset."""
-    seen = 0
-    while seen <= limit:
-        message = await receive()
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return
-        seen += len(message.get("body", b""))
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine (``127.0.0.1``, ``::1``, ``localhost``)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
+def _refusal(problem: str) -> dict[str, Any]:
+    what = (
+        "This policy server requires an API key" if problem == "missing" else "The API key sent is wrong or malformed"
+    )
+    message = (
+        f"{what}: send 'Authorization: Bearer <key>' with the key the server was started with (--api-key or "
+        f"${API_KEY_ENV}). PolicyChatModel, check_endpoint and the trainer send ${API_KEY_ENV}: set it in the "
+        "client's environment too."
+    )
+    return {"error": {"message": message, "type": "AuthenticationError", "param": None, "code": 401}}
 
 
 def check_bind(host: str, *, api_key: str | None, insecure: bool) -> None:
