@@ -102,11 +102,28 @@ class TaskModel(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+def _valid_unicode(data: Any) -> Any:
+    """Refuse text that JSON can escape but UTF-8 cannot carry (a lone surrogate such as ``"\\ud800"``).
+
+    The answers quote such text (a reset's observation holds the task's query) and could not be encoded.
+    """
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end]
+        raise ValueError(f"text must be valid Unicode; the body holds the lone surrogate {bad!a}") from None
+    except (TypeError, ValueError):
+        pass  # not JSON-shaped: the field validation says what is wrong
+    return data
+
+
 class CreateInstanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task: TaskModel | None = None
     task_id: str | None = None
     split: str = "train"
+
+    _unicode = model_validator(mode="before")(_valid_unicode)
 
     @model_validator(mode="after")
     def _one_task(self) -> CreateInstanceRequest:
@@ -118,6 +135,8 @@ class CreateInstanceRequest(BaseModel):
 class StepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     action: ActionModel
+
+    _unicode = model_validator(mode="before")(_valid_unicode)
 
 
 class ObservationModel(BaseModel):
@@ -272,6 +291,63 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(message, "internal_error"), status_code=500)
 
 
+_ERROR_BODY_SCHEMA = {
+    "title": "ErrorBody",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"}},
+        }
+    },
+}
+_ERRORS = {
+    400: "The body is not JSON, or the environment refused the call (a bad split, task or action).",
+    401: "Missing or wrong bearer token: send 'Authorization: Bearer <token>' (the service's --token).",
+    404: "Unknown task id, or an instance that expired, was released or never existed.",
+    413: "The request body is over the service's --max-request-bytes.",
+    422: "The body or query does not match the schema; the message names the field.",
+    429: "The service holds --max-instances live instances; release one, or retry after Retry-After seconds.",
+    500: "The environment raised (a bug in it); the service keeps serving.",
+}
+_ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("get", "/tasks"): (400, 500),
+    ("get", "/profile"): (400, 500),
+    ("post", "/instances"): (400, 404, 413, 422, 429, 500),
+    ("post", "/instances/{instance_id}/step"): (400, 404, 413, 422, 500),
+    ("post", "/instances/{instance_id}/evaluate"): (404, 500),
+    ("delete", "/instances/{instance_id}"): (404,),
+}
+
+
+def _document_errors(app: FastAPI, *, token: bool) -> None:
+    """Make ``/openapi.json`` list each route's error answers (``{"error": {"message", "type"}}``, 422 included)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422 body; ours is ErrorBody
+            components.pop(unused, None)
+        components["ErrorBody"] = _ERROR_BODY_SCHEMA
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                responses = operation.setdefault("responses", {})
+                codes = {*_ROUTE_ERRORS.get((method, path), ()), *((401,) if token and path != "/health" else ())}
+                codes |= {422} if "422" in responses else set()
+                for code in sorted(codes):
+                    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                    responses[str(code)] = {"description": _ERRORS[code], "content": content}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 # -- the app ---------------------------------------------------------------------------------
 def create_app(
     env_name: str,
@@ -333,6 +409,7 @@ def create_app(
     )
     app.state.instances = table
     _install_error_handlers(app)
+    _document_errors(app, token=bool(token))
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes)
     if token:
         app.add_middleware(BearerAuthMiddleware, token=token, open_paths=("/health",))

@@ -297,6 +297,8 @@ def create_app(
             raise GenerationError("stream=true is not supported by this server; send stream=false.")
         if body.top_logprobs and not body.logprobs:
             raise GenerationError("when using `top_logprobs`, `logprobs` must be set to true.")
+        if body.n > scheduler.max_batch_size:  # before `[params] * body.n`: n=10**9 would be a list of 8 GB
+            raise GenerationError(f"n={body.n} exceeds the server's max batch size {scheduler.max_batch_size}.")
         choice = resolve_tool_choice(body.tool_choice, [t.function.name for t in body.tools or ()])
         model = engine.check_model(body.model)
         # template + tokenizer: off the event loop
@@ -431,6 +433,13 @@ def _prompt_ids(
         prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
     except Exception as e:
         raise GenerationError(f"Could not apply the chat template to these messages: {type(e).__name__}: {e}") from e
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: valid as a JSON escape ("\\ud800"), not as text
+        raise GenerationError(
+            f"The messages or tools hold text that is not valid Unicode ({e.reason}: {e.object[e.start : e.end]!a}); "
+            "send UTF-8 text."
+        ) from e
     prompt_ids = list(tokenizer(prompt, add_special_tokens=False).input_ids)
     if not choice.forced:
         return prompt_ids, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
@@ -154,7 +155,15 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def error_response(status: int, message: str, *, param: str | None = None) -> JSONResponse:
     body = {"message": message, "type": _ERROR_TYPES.get(status, "BadRequestError"), "param": param, "code": status}
-    return JSONResponse({"error": body}, status_code=status)
+    return _AsciiJSONResponse({"error": body}, status_code=status)
+
+
+class _AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII characters escaped: an error message that quotes the client's text (a model or tool
+    name) may hold a lone surrogate, which JSON can escape but UTF-8 cannot encode (``JSONResponse`` would raise)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
 
 
 class TokenText:
