@@ -98,8 +98,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--zero-shot", type=Path, required=True)
     p.add_argument("--grpo", type=Path, action="append", required=True, help="a trainers.grpo output directory")
     p.add_argument("--adca", type=Path, action="append", default=[], help="a run with --attribution (ADCA)")
-    for name in ("zero-shot", "warm-start", "grpo"):
+    for name in ("zero-shot", "warm-start"):
         p.add_argument(f"--bfcl-{name}", type=Path, help="a trainers.evaluate --env bfcl output directory")
+    p.add_argument(
+        "--bfcl-grpo",
+        type=Path,
+        action="append",
+        default=[],
+        help="BFCL evaluation of the i-th --grpo run (in --grpo order; fewer is fine: the rest get none)",
+    )
     p.add_argument("--bfcl-note", default="not run", help="why BFCL figures are missing")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "real_model.json")
     args = p.parse_args(argv)
@@ -111,18 +118,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "grpo": [grpo_entry(run) for run in args.grpo],
         "adca": [grpo_entry(run) for run in args.adca],
     }
-    for key, arg in (
-        ("zero_shot", args.bfcl_zero_shot),
-        ("warm_start", args.bfcl_warm_start),
-        ("grpo", args.bfcl_grpo),
-    ):
-        bfcl = figures(arg) if arg else None
-        if key == "grpo":
-            for entry in result["grpo"]:
-                entry["bfcl"] = bfcl
-        else:
-            result[key]["bfcl"] = bfcl
-    result["bfcl_note"] = None if all((args.bfcl_zero_shot, args.bfcl_warm_start, args.bfcl_grpo)) else args.bfcl_note
+    if len(args.bfcl_grpo) > len(args.grpo):
+        p.error("more --bfcl-grpo than --grpo runs")
+    for key, arg in (("zero_shot", args.bfcl_zero_shot), ("warm_start", args.bfcl_warm_start)):
+        result[key]["bfcl"] = figures(arg) if arg else None
+    for i, entry in enumerate(result["grpo"]):
+        entry["bfcl"] = figures(args.bfcl_grpo[i]) if i < len(args.bfcl_grpo) else None
+    complete = args.bfcl_zero_shot and args.bfcl_warm_start and len(args.bfcl_grpo) == len(args.grpo)
+    result["bfcl_note"] = None if complete else args.bfcl_note
     result["command"] = "python -m benchmarks.real_model " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
