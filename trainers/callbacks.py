@@ -1,9 +1,15 @@
 """Training callbacks and plots: ``metrics.jsonl``, a progress bar with reward and step time,
-and ``reward_curve.png``."""
+stopping at a step's end on request (SIGTERM / Ctrl-C), and ``reward_curve.png``.
+
+A run resumed from ``checkpoint-N`` redoes the steps after N that a killed run had begun or logged:
+``drop_steps_after`` rewrites ``metrics.jsonl`` without them (atomically) and removes their saved
+trajectories, so every step is logged and counted once.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +18,7 @@ from transformers import TrainerCallback
 
 from langgraph_evolver.types import read_jsonl
 
-__all__ = ["MetricsCallback", "plot_reward_curve", "step_metrics"]
+__all__ = ["MetricsCallback", "StopOnRequest", "drop_steps_after", "plot_reward_curve", "step_metrics"]
 
 
 class MetricsCallback(TrainerCallback):
@@ -47,6 +53,7 @@ class MetricsCallback(TrainerCallback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+            f.flush()  # one whole line per step on disk before the checkpoint of that step is written
         if self.bar is not None and "reward" in logs:
             self.bar.set_postfix(reward=f"{logs['reward']:.3f}", zero_var=f"{logs.get('zero_variance_share', 0):.2f}",
                                  step_s=f"{self.last_step_s:.1f}")  # fmt: skip
@@ -55,6 +62,69 @@ class MetricsCallback(TrainerCallback):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class StopOnRequest(TrainerCallback):
+    """End training after the current optimizer step, with a checkpoint of it, once ``requested()`` is true.
+
+    ``trainers.grpo`` sets the request from its SIGTERM / SIGINT handler. Every rank stops at the same step: with
+    several processes the ranks' requests are gathered at each step's end (a signal may reach one rank only).
+    ``active`` is true from the first step to the end of training: the handler lets a step end only then.
+    """
+
+    def __init__(self, requested: Any) -> None:
+        self.requested = requested
+        self.active = False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.active = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        stop = bool(self.requested())
+        if args.world_size > 1:
+            from accelerate.utils import gather_object
+
+            stop = any(gather_object([stop]))
+        if stop:
+            control.should_save = True  # the step just finished is kept whatever save_steps says
+            control.should_training_stop = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.active = False
+
+
+def drop_steps_after(output_dir: str | Path, step: int) -> tuple[int, int]:
+    """Forget the steps after ``step`` in ``output_dir``: a resumed run redoes them from ``checkpoint-{step}``.
+
+    Rewrites ``metrics.jsonl`` without its rows of later steps (and a line a kill cut short), through a
+    temporary file and ``os.replace``, so a crash here leaves the old file or the new one, never half of one;
+    removes ``trajectories/step_NNNNN.jsonl`` of the steps begun after it (a file is named by the optimizer
+    steps done when its rollouts ran: ``step_{step:05d}`` is the first redone). Returns (rows, files) dropped.
+    """
+    out = Path(output_dir)
+    metrics, dropped_rows = out / "metrics.jsonl", 0
+    if metrics.exists():
+        kept: list[str] = []
+        for line in metrics.read_text().splitlines():
+            try:
+                row_step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):
+                row_step = None  # a line cut short by a kill
+            if row_step is not None and row_step <= step:
+                kept.append(line)
+            else:
+                dropped_rows += 1
+        if dropped_rows:
+            tmp = metrics.with_name(metrics.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, metrics)
+    dropped_files = 0
+    for path in sorted((out / "trajectories").glob("step_*.jsonl")):
+        index = path.stem.removeprefix("step_")
+        if index.isdigit() and int(index) >= step:
+            path.unlink()
+            dropped_files += 1
+    return dropped_rows, dropped_files
 
 
 def step_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:

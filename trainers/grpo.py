@@ -13,8 +13,14 @@ What it does, top to bottom:
 
 Outputs in ``output_dir``: ``metrics.jsonl``, TensorBoard logs (``runs/``), ``reward_curve.png``,
 ``checkpoint-N/`` (resume with ``--resume_from_checkpoint output_dir/checkpoint-N`` or ``true``
-for the latest), ``final/`` (the adapter), ``trajectories/step_N.jsonl``, ``eval_before/``,
+for the latest complete one), ``final/`` (the adapter), ``trajectories/step_N.jsonl``, ``eval_before/``,
 ``eval_after/``, ``summary.json``.
+
+Stopping: SIGTERM or Ctrl-C lets the current step finish, saves its checkpoint, stops the policy
+server and exits with 128 + the signal's number, printing the command that resumes; a second one
+drops the step at once. A resumed run (even of a run killed with SIGKILL, whose policy server
+stops itself) forgets the logged rows and saved trajectories of the steps after its checkpoint
+and publishes the checkpoint's weights before its first rollout.
 
     python -m trainers.grpo --config examples/quickstart.yaml              # = make demo
     python -m trainers.grpo --config examples/quickstart.yaml --max_steps 4 --eval_limit 10
@@ -37,13 +43,18 @@ checks, evaluations and end-of-run report sit beside it so the script reads top 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +62,7 @@ from typing import Any
 from langgraph_evolver.errors import ConfigError, EvolverError
 from langgraph_evolver.types import Task
 
-__all__ = ["ScriptArguments", "main", "make_parser", "task_dataset"]
+__all__ = ["Interrupted", "ScriptArguments", "main", "make_parser", "resume_checkpoint", "task_dataset"]
 
 logger = logging.getLogger("trainers.grpo")
 
@@ -223,8 +234,101 @@ def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
     return summary
 
 
-def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: str | None = None) -> dict[str, Any]:
-    """Train (see the module docstring); returns the final figures. ``command`` goes into the model card."""
+def _checkpoint_step(path: Path) -> int | None:
+    """The step of a complete checkpoint (its ``trainer_state.json``, written last, reads), else None."""
+    try:
+        return int(json.loads((path / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def resume_checkpoint(output_dir: str | Path, value: Any, *, remove_incomplete: bool = False) -> Path | None:
+    """The checkpoint ``resume_from_checkpoint`` names, or None to start from scratch.
+
+    ``true`` (``last``, ``latest``) is the newest *complete* ``checkpoint-N`` of ``output_dir``: a run killed
+    while saving leaves one without ``trainer_state.json``, which TRL would pick and then fail on (those are
+    removed when ``remove_incomplete``: their step is redone). A path must be a complete checkpoint.
+    """
+    if value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "none", "")):
+        return None
+    if value is True or (isinstance(value, str) and value.lower() in ("true", "last", "latest")):
+        found = sorted(((int(p.name.split("-")[1]), p) for p in Path(output_dir).glob("checkpoint-*")
+                        if p.is_dir() and p.name.split("-")[1].isdigit()), reverse=True)  # fmt: skip
+        for _, path in found:
+            if _checkpoint_step(path) is not None:
+                return path
+            if remove_incomplete:
+                logger.warning("removing %s: a run stopped while saving it (no trainer_state.json)", path)
+                shutil.rmtree(path, ignore_errors=True)
+        raise ConfigError(f"resume_from_checkpoint={value} but {output_dir} holds no complete checkpoint-N: start "
+                          "without it, or pass the output_dir of the run to resume.")  # fmt: skip
+    path = Path(value)
+    if _checkpoint_step(path) is None:
+        raise ConfigError(f"resume_from_checkpoint={value} is not a complete checkpoint (no readable "
+                          "trainer_state.json): pass a checkpoint-N directory, or true for the newest complete "
+                          "one.")  # fmt: skip
+    return path
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command line of this run with ``--resume_from_checkpoint true`` (in place of any it had)."""
+    from .model_card import launch_command
+
+    args, out = list(sys.argv[1:] if argv is None else argv), []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--resume_from_checkpoint":
+            skip = True
+        elif not a.startswith("--resume_from_checkpoint="):
+            out.append(a)
+    return launch_command([*out, "--resume_from_checkpoint", "true"])
+
+
+class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, which it stands in for
+    """A stop asked by a signal: after the step that finished (``finished``), or at once (the step dropped)."""
+
+    def __init__(self, signum: int, *, finished: bool = False) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.finished = finished
+
+
+class StopHandler:
+    """SIGTERM / SIGINT: the first one during training lets the current step end (``StopOnRequest``); a second
+    one, or one outside training, raises ``Interrupted`` at once. Installed by ``cli``; ``main`` wires it."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.callback: Any = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopHandler]:
+        """This handler for SIGTERM and SIGINT inside the block (main thread only), the previous ones after it."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.signum is None and self.callback is not None and self.callback.active:
+            self.signum = signum
+            print(f"\n{signal.Signals(signum).name}: finishing this step and saving its checkpoint, then stopping "
+                  "(send it again to stop now and drop the step)", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        raise Interrupted(signum)
+
+
+def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: str | None = None,
+         stop: StopHandler | None = None) -> dict[str, Any]:  # fmt: skip
+    """Train (see the module docstring); returns the final figures. ``command`` goes into the model card;
+    ``stop`` (installed by ``cli``) turns SIGTERM / Ctrl-C into a stop at the end of a step."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
     from transformers import AutoTokenizer
@@ -233,7 +337,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
 
     from langgraph_evolver.tracing import langsmith_callbacks, langsmith_enabled
 
-    from .callbacks import MetricsCallback, plot_reward_curve
+    from .callbacks import MetricsCallback, StopOnRequest, drop_steps_after, plot_reward_curve
     from .config import parse_level_weights
     from .grpo_trainer import EvolverGRPOTrainer
     from .model_card import launch_command, write_model_card
@@ -277,6 +381,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         raise ConfigError(f"No held-out tasks in split {script_args.eval_split!r}; set eval_split or eval_before/"
                           "eval_after: false.")  # fmt: skip
     dataset = task_dataset(train_tasks, parse_level_weights(cfg.level_weights))
+    checkpoint = resume_checkpoint(out, cfg.resume_from_checkpoint, remove_incomplete=state.is_main_process)
     per_step = cfg.generation_batch_size // cfg.num_generations
     if len(dataset) < per_step:  # TRL's sampler drops an incomplete batch: the run would take 0 steps
         raise ConfigError(f"{len(dataset)} training rows (tasks after level_weights) but one generation takes "
@@ -284,6 +389,13 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                           f"{cfg.generation_batch_size}): add tasks, or lower per_device_train_batch_size / "
                           "steps_per_generation so one step needs at most that many tasks.")  # fmt: skip
 
+    if state.is_main_process:  # the steps after the checkpoint are redone: their rows and trajectories go
+        start_step = _checkpoint_step(checkpoint) if checkpoint else 0
+        rows, files = drop_steps_after(out, start_step or 0)
+        if rows or files:
+            logger.info("starting at step %d: dropped %d rows of metrics.jsonl and %d trajectory files of later "
+                        "steps (a run stopped after its last checkpoint)", start_step, rows, files)  # fmt: skip
+    state.wait_for_everyone()
     server = None
     base_url, base_model = cfg.policy_base_url, cfg.policy_model
     if base_url:
@@ -297,7 +409,11 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                                      extra_args=["--allow-template-without-tools"]
                                      * cfg.allow_template_without_tools)  # fmt: skip
         print(f"starting the policy server on {model_path} …", file=sys.stderr)
-        server.start()
+        try:
+            server.start()
+        except BaseException:  # Ctrl-C while it loads: stop it here, not at our exit
+            server.stop()
+            raise
         base_url, base_model = server.base_url, server.model_name
     shared = [base_url, base_model]
     broadcast_object_list(shared)
@@ -317,7 +433,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         state.wait_for_everyone()
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        callbacks = [MetricsCallback(out / "metrics.jsonl")]
+        stop = stop or StopHandler()
+        stop.callback = StopOnRequest(lambda: stop.signum is not None)
+        callbacks = [MetricsCallback(out / "metrics.jsonl"), stop.callback]
         trainer = EvolverGRPOTrainer(str(model_path), cfg, dataset, processing_class=tokenizer,
                                      peft_config=get_peft_config(model_args), policy_base_url=base_url,
                                      env_factory=_env_factory(cfg),
@@ -339,12 +457,10 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
             trainer.policy = DiskSync(base_url, base_model, out / "served_weights", keep=cfg.keep_adapter_versions)
         else:
             trainer.policy = FullSync(trainer.vllm_generation, base_model)
-        resume: Any = cfg.resume_from_checkpoint
-        if isinstance(resume, str) and resume.lower() in ("true", "last", "latest"):
-            resume = True
-        elif isinstance(resume, str) and resume.lower() in ("false", "none", ""):
-            resume = None
-        trainer.train(resume_from_checkpoint=resume)
+        # the checkpoint's weights reach the endpoint before the first rollout (_sync_policy at its step)
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        if stop.signum is not None:  # stopped at a step's end on request: that step's checkpoint is saved
+            raise Interrupted(stop.signum, finished=True)
         if trainer.state.global_step == 0:
             raise EvolverError("Training took no optimizer step, so there is nothing to save or evaluate: check "
                                "max_steps / num_train_epochs and that the dataset yields a batch.")  # fmt: skip
@@ -448,13 +564,23 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
     return figures
 
 
-def _exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so ``finally`` blocks stop the policy server we started."""
-    import signal
-    import threading
+def stopped_message(e: Interrupted, output_dir: str | Path, argv: list[str] | None = None) -> str:
+    """What a stopped run prints: which step ended or was dropped, and the command that resumes (last line)."""
+    name = signal.Signals(e.signum).name
+    try:
+        last = resume_checkpoint(output_dir, True)
+    except ConfigError:
+        last = None
+    if last is None:
+        from .model_card import launch_command
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        return f"stopped by {name} before a checkpoint was saved; start again with: {launch_command(argv)}"
+    step = _checkpoint_step(last)
+    if e.finished:
+        head = f"stopped by {name} after step {step}, saved in {last}"
+    else:
+        head = f"stopped by {name}; what came after {last} (step {step}) was dropped"
+    return f"{head}\nresume with: {resume_command(argv)}"
 
 
 def check_config_keys(argv: list[str]) -> None:
@@ -493,7 +619,12 @@ def check_config_keys(argv: list[str]) -> None:
 
 
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
-    _exit_on_sigterm()
+    with StopHandler().installed() as stop:
+        return _cli(argv, stop)
+
+
+def _cli(argv: list[str] | None, stop: StopHandler) -> dict[str, Any]:
+    output_dir = None
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("trainers").setLevel(logging.INFO)
     try:
@@ -504,10 +635,17 @@ def cli(argv: list[str] | None = None) -> dict[str, Any]:
             raise ConfigError(str(e)) from None
         from .model_card import launch_command
 
-        return main(script_args, cfg, model_args, command=launch_command(argv))
+        output_dir = cfg.output_dir
+        return main(script_args, cfg, model_args, command=launch_command(argv), stop=stop)
     except EvolverError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except Interrupted as e:
+        from accelerate import PartialState
+
+        if output_dir is not None and PartialState().is_main_process:
+            print(stopped_message(e, output_dir, argv), file=sys.stderr)
+        raise SystemExit(128 + e.signum) from None
 
 
 if __name__ == "__main__":

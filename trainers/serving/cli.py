@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,14 @@ def make_parser() -> argparse.ArgumentParser:
         help="serve a chat template that drops the tools it is given (warns); by default the server refuses it",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop when process PID, which started this server, is gone (killed or exited without stopping it); "
+        "PolicyServerProcess passes its own process, so a killed trainer leaves no server behind",
+    )
     access = p.add_argument_group("access", "who may call the server, and which weights it may load at runtime")
     access.add_argument(
         "--api-key",
@@ -117,6 +128,27 @@ def _create(args: argparse.Namespace) -> Any:
     )
 
 
+def exit_with_parent(parent_pid: int, *, poll_s: float = 0.5, grace_s: float = 10.0) -> threading.Thread:
+    """Stop this process once ``parent_pid`` is no longer its parent (the parent died; the child was re-parented).
+
+    A daemon thread polls ``os.getppid()``: no signal reaches a child when its parent is SIGKILLed, and a
+    server left behind would hold its port, memory and cores. SIGTERM first (uvicorn shuts down cleanly),
+    then, if it still runs after ``grace_s``, ``os._exit``.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        logger.warning("the process that started this server (pid %d) is gone: stopping", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import torch
     import uvicorn
@@ -125,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # before minutes of model loading: the access settings are checked first
     check_bind(args.host, api_key=args.api_key, insecure=args.insecure)
+    if args.parent_pid is not None:  # from the start: a parent killed while the model loads leaves nothing either
+        exit_with_parent(args.parent_pid)
     for d in split_dirs(args.allowed_weight_dirs):
         if not Path(d).expanduser().is_dir():
             raise SystemExit(f"error: --allowed-weight-dirs {d}: no such directory; create it first or fix the path.")

@@ -2,7 +2,9 @@
 
 ``PolicyServerProcess`` runs ``python -m trainers.policy_server`` on a free loopback port and
 waits until it answers ``/health``; if the process dies first, the error carries the tail of its
-log. Its launchers hot-load adapters or weights into it, so it passes the runtime-loading flags
+log. The child stops itself when the process that started it dies, even by SIGKILL (``--parent-pid``),
+and runs in a session of its own, so a Ctrl-C meant for the launcher leaves it serving until the launcher
+stops it. Its launchers hot-load adapters or weights into it, so it passes the runtime-loading flags
 (``runtime_update_flags``: the one place they are spelled) with the directories the launcher
 names, and the API key, if any, through the child's environment (a command line is visible to
 every user of the machine). ``check_endpoint`` verifies that an external endpoint (vLLM, a hosted API) is reachable and
@@ -157,11 +159,15 @@ class PolicyServerProcess:
         if self.allowed_weight_dirs is not None:  # each must exist: the server refuses to start otherwise
             cmd += runtime_update_flags(self.allowed_weight_dirs)
         cmd += self.extra_args
+        cmd += ["--parent-pid", str(os.getpid())]  # the server stops itself when this process dies, even by SIGKILL
         env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
         if self.api_key:
             env[API_KEY_ENV] = self.api_key
         self._log = self.log_path.open("w")
-        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        # A session of its own: Ctrl-C in the terminal reaches only the launcher, which may finish its step
+        # against a server still serving, then stops it here (stop()); --parent-pid covers a launcher that dies.
+        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
