@@ -165,6 +165,10 @@ class AgentLossMixin:
                 self._metrics["train"]["policy/logp_gap_mean"].append(mean)
                 self._metrics["train"]["policy/logp_gap_max"].append(total[:, 2].max().item())
                 self._warn_about_gap(mean)
+            if self.accelerator.num_processes > 1:  # each rank's own mean too: the pooled one dilutes a rank that
+                for rank, (gap_sum, n, _) in enumerate(total.tolist()):  # trains on other weights than are served
+                    if n:
+                        self._metrics["train"][f"policy/logp_gap_mean_rank{rank}"].append(gap_sum / n)
         return loss
 
     def _warn_about_gap(self, mean: float) -> None:
