@@ -23,6 +23,7 @@ environments (``env_tools.client.RemoteEnvironment``) implement them natively.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "list_environments",
     "load_environment",
     "register_environment",
+    "register_environment_prefix",
 ]
 
 
@@ -108,17 +110,45 @@ def register_environment(name: str, factory: str | EnvironmentFactory) -> None:
     _REGISTRY[name] = factory
 
 
+_PREFIXES: dict[str, str | Callable[..., Environment]] = {
+    "mcp:": "env_tools.mcp:mcp_environment",  # any MCP server: mcp:<command line>, mcp:http://host:port/mcp
+}
+"""Name prefixes whose factory takes the whole name first: ``factory(name, **kwargs)``."""
+
+
+def register_environment_prefix(prefix: str, factory: str | Callable[..., Environment]) -> None:
+    """Route every name starting with ``prefix`` to ``factory(name, **kwargs)`` (a callable or ``"module:attr"``)."""
+    _PREFIXES[prefix] = factory
+
+
 def list_environments() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _resolve_prefixed(name: str, prefix: str) -> EnvironmentFactory:
+    factory = _PREFIXES[prefix]
+    if isinstance(factory, str):
+        try:
+            factory = load_object(factory, what="environment")
+        except (ImportError, AttributeError, ConfigError) as e:
+            raise ConfigError(
+                f"Could not load the {prefix!r} environments ({e}). For mcp: install the MCP packages "
+                "(pip install -e '.[dev]', docs/mcp.md)."
+            ) from e
+    return functools.partial(factory, name)
+
+
 def _resolve(name: str) -> EnvironmentFactory:
     target = _REGISTRY.get(name)
+    prefix = next((p for p in _PREFIXES if name.startswith(p)), None) if target is None else None
+    if prefix is not None:
+        return _resolve_prefixed(name, prefix)
     if target is None:
         if "." not in name and ":" not in name and "/" not in name:
             raise ConfigError(
                 f"Unknown environment {name!r}. Registered: {', '.join(list_environments())}. "
-                "Pass a registered name or a dotted path such as 'my_pkg.envs:MyEnv'."
+                "Pass a registered name, a dotted path such as 'my_pkg.envs:MyEnv', or a name with a registered "
+                f"prefix ({', '.join(sorted(_PREFIXES))} e.g. 'mcp:python my_server.py')."
             )
         target = name
     if isinstance(target, str):

@@ -1,0 +1,574 @@
+"""Any MCP server as an environment: ``load_environment("mcp:python my_server.py")``.
+
+``McpEnvironment`` is a ``ToolsEnvironment`` (``env_tools/langchain_tools.py``) whose tools are the
+server's, loaded with ``langchain-mcp-adapters`` (``load_mcp_tools`` on a session kept open for the
+instance's life), so error observations, async tools and checkers behave as for any LangChain tools.
+
+Names (every ``--env`` accepts them; ``langgraph_evolver.environment`` maps the ``mcp:`` prefix here):
+
+- ``mcp:<command line>``: a stdio server, e.g. ``mcp:python my_server.py --db x`` (split like a shell);
+- ``mcp:http://host:port/mcp``: a streamable-HTTP server;
+- either + ``#key=value&...``: options for commands that pass no keyword arguments, e.g.
+  ``mcp:python srv.py#tasks=tasks.jsonl&timeout=10``. Keys: ``tasks``, ``timeout``, ``startup_timeout``,
+  ``isolation``, ``reset_tool``, ``checker``.
+
+Isolation (docs/mcp.md): ``isolation="session"`` (default) opens one MCP session per instance: one
+server process per instance over stdio, one MCP session id per instance over HTTP (isolated when the
+server keeps its state per session). When the server has a tool named ``reset_tool`` (``"reset"``), it is
+hidden from the agent and called on every ``reset`` with the task's ``env_params`` (its initial state);
+a later episode of the same instance reuses the session, otherwise a fresh session is opened.
+``isolation="shared"``: stateless servers; one connection per server per process, shared by every instance.
+
+Every call has a ``timeout`` (seconds): a tool that does not answer, an ``isError`` result, a protocol
+error or a server that died becomes an error observation (``Error: ...``); a server that cannot start,
+or dies before the checker can read its state, raises ``EnvironmentFailure``.
+
+Tasks: ``tasks="tasks.jsonl"`` (``load_mcp_tasks``). Scoring, per task: its ``checker``
+(``module:function``, called as ``checker(task, state, final_answer, calls)``; ``state.call(name, **args)``
+reads the server), else its ``check`` calls (read-only tool calls whose results must equal those of the
+task's ``reference`` replayed on a fresh session; the score is the fraction that match), else its
+``answer`` (the final answer must contain it), else 0.0 with a warning in ``last_evaluation``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import shlex
+import threading
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from env_tools._checks import answer_matches
+from env_tools.langchain_tools import ToolsEnvironment, _render_content
+from langgraph_evolver.errors import ConfigError, EnvironmentFailure
+from langgraph_evolver.loading import load_object
+from langgraph_evolver.types import Task, ToolCall
+
+__all__ = ["McpEnvironment", "McpState", "load_mcp_tasks", "mcp_environment", "parse_mcp_spec"]
+
+logger = logging.getLogger(__name__)
+
+Isolation = Literal["session", "shared"]
+_OPTION_KEYS = ("tasks", "timeout", "startup_timeout", "isolation", "reset_tool", "checker")
+_CLOSE_WAIT_S = 10.0
+
+
+# -- the background loop ------------------------------------------------------------------------------------------
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """One event loop thread holds every MCP session of the process: a session's streams are bound to the
+    loop that opened it, while rollouts call tools from their own loops (or none)."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="mcp-sessions", daemon=True).start()
+            _LOOP = loop
+        return _LOOP
+
+
+def _submit(coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+    return asyncio.run_coroutine_threadsafe(coro, _loop())
+
+
+def _wait(coro: Coroutine[Any, Any, Any]) -> Any:
+    return _submit(coro).result()
+
+
+async def _await(coro: Coroutine[Any, Any, Any]) -> Any:
+    return await asyncio.wrap_future(_submit(coro))
+
+
+# -- one MCP session ----------------------------------------------------------------------------------------------
+
+
+class _Connection:
+    """One open MCP session, held by a task on the background loop from ``open`` to ``close``."""
+
+    def __init__(self, connection: dict[str, Any], *, label: str, timeout: float, startup_timeout: float) -> None:
+        self.connection = connection
+        self.label = label
+        self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self.tools: dict[str, BaseTool] = {}
+        self.dead: str | None = None
+        self._stop: asyncio.Event | None = None
+        self._holder: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Start the session (on the background loop); ``EnvironmentFailure`` when it does not come up."""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._holder = asyncio.create_task(self._hold(ready))
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout)
+        except TimeoutError:
+            await self.close()
+            raise EnvironmentFailure(
+                f"The MCP server {self.label} did not start within {self.startup_timeout:g} s. Check that the "
+                "command runs on its own, or raise startup_timeout."
+            ) from None
+        except Exception as e:
+            await self.close()
+            raise EnvironmentFailure(
+                f"Could not connect to the MCP server {self.label}: {type(e).__name__}: {e}. Check the command "
+                "line or URL (mcp:<command> or mcp:http://host:port/mcp)."
+            ) from e
+
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
+        from langchain_mcp_adapters.client import MultiServerMCPClient
+        from langchain_mcp_adapters.tools import load_mcp_tools
+
+        client = MultiServerMCPClient({"server": self.connection})  # type: ignore[dict-item]
+        try:
+            async with client.session("server") as session:
+                tools = await load_mcp_tools(session)
+                self.tools = {t.name: t for t in tools}
+                ready.set_result(None)
+                assert self._stop is not None
+                await self._stop.wait()
+        except BaseException as e:  # the session ended: record why, wake ``open`` if it still waits
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+            self.dead = self.dead or f"{type(e).__name__}: {e}"
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            self.dead = self.dead or "closed"
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """The text of a tool's result; ``ToolException`` (an error observation) for any failure."""
+        from mcp.shared.exceptions import McpError
+        from mcp.types import CONNECTION_CLOSED
+
+        if self.dead is not None:
+            raise ToolException(f"the MCP server {self.label} is gone ({self.dead}); no further call can run")
+        tool = self.tools.get(name)
+        if tool is None:
+            raise ToolException(f"the MCP server has no tool {name!r}")
+        call = {"type": "tool_call", "name": name, "args": dict(arguments), "id": "mcp"}
+        try:
+            output = await asyncio.wait_for(tool.ainvoke(call), self.timeout)
+        except TimeoutError:
+            raise ToolException(
+                f"{name} did not answer within {self.timeout:g} s (the MCP call timed out); try other arguments "
+                "or another tool"
+            ) from None
+        except McpError as e:
+            if e.error.code == CONNECTION_CLOSED:
+                self.dead = f"connection closed during {name}"
+                raise ToolException(f"the MCP server {self.label} died during {name}: {e.error.message}") from None
+            raise ToolException(f"{name} failed with MCP error {e.error.code}: {e.error.message}") from None
+        except ToolException:
+            raise
+        except Exception as e:  # a closed stream, a dead process, an HTTP error
+            if self._holder is not None and self._holder.done():
+                self.dead = self.dead or f"{type(e).__name__}: {e}"
+                raise ToolException(f"the MCP server {self.label} is gone ({self.dead})") from None
+            raise ToolException(f"{name} failed with {type(e).__name__}: {e}") from None
+        if isinstance(output, ToolMessage):
+            text = _render_content(output.content)
+            if output.status == "error":  # an ``isError`` result
+                raise ToolException(text or f"{name} failed")
+            return text
+        return _render_content(output)
+
+    async def close(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._holder is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._holder), _CLOSE_WAIT_S)
+            except BaseException:  # noqa: BLE001 - the session's own end is recorded in ``dead``
+                pass
+        self.dead = self.dead or "closed"
+
+
+_SHARED: dict[str, _Connection] = {}
+_SHARED_LOCK: asyncio.Lock | None = None
+
+
+async def _shared_connection(key: str, make: Any) -> _Connection:
+    global _SHARED_LOCK
+    if _SHARED_LOCK is None:
+        _SHARED_LOCK = asyncio.Lock()
+    async with _SHARED_LOCK:
+        conn = _SHARED.get(key)
+        if conn is None or conn.dead is not None:
+            conn = make()
+            await conn.open()
+            _SHARED[key] = conn
+        return conn
+
+
+# -- the state a checker sees -------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class McpState:
+    """The episode's server, as a checker sees it: ``state.call("list_todos", status="all")`` -> the result text.
+
+    ``close`` is a no-op: the environment owns the session (``owned`` marks a throwaway session of a replay).
+    """
+
+    connection: _Connection
+    owned: bool = False
+    """Closed with the state (a reference replay's own session)."""
+    hidden: frozenset[str] = field(default_factory=frozenset)
+
+    def call(self, name: str, /, **arguments: Any) -> str:
+        """Call a tool and return its text; ``EnvironmentFailure`` when it fails (read calls of a checker)."""
+        try:
+            return _wait(self.connection.call(name, arguments))
+        except ToolException as e:
+            raise EnvironmentFailure(f"Checking the episode's end state: {name} failed: {e}") from e
+
+    async def acall(self, name: str, /, **arguments: Any) -> str:
+        try:
+            return await _await(self.connection.call(name, arguments))
+        except ToolException as e:
+            raise EnvironmentFailure(f"Checking the episode's end state: {name} failed: {e}") from e
+
+    def close(self) -> None:
+        if self.owned:
+            _wait(self.connection.close())
+
+
+# -- the spec -----------------------------------------------------------------------------------------------------
+
+
+def parse_mcp_spec(spec: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """``"mcp:python srv.py#tasks=t.jsonl"`` -> (a langchain-mcp-adapters connection, the ``#`` options)."""
+    body = spec.removeprefix("mcp:").strip()
+    body, _, fragment = body.partition("#")
+    options = dict(parse_qsl(fragment, keep_blank_values=True))
+    unknown = sorted(set(options) - set(_OPTION_KEYS))
+    if unknown:
+        raise ConfigError(f"Unknown option(s) {unknown} in {spec!r}; valid: {', '.join(_OPTION_KEYS)}.")
+    body = body.strip()
+    if not body:
+        raise ConfigError(f"{spec!r} names no server: write mcp:<command line> or mcp:http://host:port/mcp.")
+    if body.startswith(("http://", "https://")):
+        return {"transport": "streamable_http", "url": body}, options
+    try:
+        argv = shlex.split(body)
+    except ValueError as e:
+        raise ConfigError(f"Could not split the command line of {spec!r}: {e}") from e
+    return {"transport": "stdio", "command": argv[0], "args": argv[1:]}, options
+
+
+# -- tasks --------------------------------------------------------------------------------------------------------
+
+
+def _calls(value: Any, where: str) -> tuple[ToolCall, ...]:
+    if not isinstance(value, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in value):
+        raise ConfigError(f'{where} must be a list of calls like {{"name": "list_todos", "arguments": {{}}}}.')
+    return tuple(ToolCall(name=c["name"], arguments=dict(c.get("arguments") or {})) for c in value)
+
+
+def load_mcp_tasks(path: str | Path, *, env: str = "mcp") -> dict[str, list[Task]]:
+    """Tasks from a JSONL file, by split. One object a line:
+
+    ``id``; ``instruction`` or ``query``; ``split`` (``train``); ``initial_state`` (the reset tool's arguments);
+    ``setup`` (calls run before the episode); ``reference`` (calls that solve it); ``check`` (read-only calls
+    compared with the reference's replay); ``checker`` (``module:function``); ``answer``; ``metadata``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"MCP tasks file {str(path)!r} does not exist.")
+    splits: dict[str, list[Task]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where} is not JSON: {e}") from e
+        query = row.get("instruction", row.get("query"))
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError(f"{where} has no 'instruction' (or 'query').")
+        metadata = dict(row.get("metadata") or {})
+        for key in ("answer", "checker"):
+            if key in row:
+                metadata[key] = row[key]
+        if "setup" in row:
+            metadata["setup"] = [c.to_dict() for c in _calls(row["setup"], f"{where} 'setup'")]
+        reference = _calls(row["reference"], f"{where} 'reference'") if "reference" in row else None
+        if "check" in row:
+            _calls(row["check"], f"{where} 'check'")
+            if reference is None:
+                raise ConfigError(f"{where} has 'check' calls but no 'reference' to replay and compare with.")
+            metadata["check"] = row["check"]
+        task = Task(id=str(row.get("id", f"{path.stem}-{number}")), query=query, env=env,
+                    env_params=dict(row.get("initial_state") or {}), reference_solution=reference,
+                    metadata=metadata)  # fmt: skip
+        splits.setdefault(str(row.get("split", "train")), []).append(task)
+    return splits
+
+
+# -- the environment ----------------------------------------------------------------------------------------------
+
+
+class McpEnvironment(ToolsEnvironment):
+    """An MCP server's tools + tasks + scoring, as an ``Environment``.
+
+    Args:
+        connection: a langchain-mcp-adapters connection dict (``{"transport": "stdio", "command": ...,
+            "args": [...]}`` or ``{"transport": "streamable_http", "url": ...}``).
+        tasks: a JSONL path (``load_mcp_tasks``), or tasks as ``ToolsEnvironment`` takes them.
+        timeout: seconds each tool call may take before it is an error observation.
+        startup_timeout: seconds to start the server and list its tools.
+        isolation: ``"session"`` (one session, so one stdio process, per instance) or ``"shared"``
+            (stateless servers: one connection per process).
+        reset_tool: the tool the server declares for resetting its state (hidden from the agent); ``None``: none.
+        checker: a default ``checker(task, state, final_answer, calls)`` (or ``module:function``) for tasks
+            without their own.
+        name: the environment name tasks are labelled with.
+        options: ``ToolsEnvironment``'s other keyword arguments (``system_prompt``, ``profile``).
+    """
+
+    def __init__(
+        self,
+        connection: Mapping[str, Any],
+        *,
+        tasks: str | Path | Mapping[str, list[Task]] | list[Task] | None = None,
+        timeout: float = 30.0,
+        startup_timeout: float = 30.0,
+        isolation: Isolation = "session",
+        reset_tool: str | None = "reset",
+        checker: Any = None,
+        name: str = "mcp",
+        **options: Any,
+    ) -> None:
+        if isolation not in ("session", "shared"):
+            raise ConfigError(f"isolation must be 'session' or 'shared', got {isolation!r}.")
+        if float(timeout) <= 0 or float(startup_timeout) <= 0:
+            raise ConfigError("timeout and startup_timeout must be positive numbers of seconds.")
+        if isinstance(tasks, str | Path):
+            tasks = load_mcp_tasks(tasks, env=name)
+        self.connection = dict(connection)
+        self.timeout = float(timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.isolation = isolation
+        self.reset_tool = reset_tool
+        self.name = name
+        self._default_checker = load_object(checker, what="checker") if isinstance(checker, str) else checker
+        self._conn: _Connection | None = None
+        self._prepared: McpState | None = None
+        self.last_evaluation: dict[str, Any] | None = None
+        super().__init__(self._factory, tasks=tasks, checker=self._score, **options)
+
+    @property
+    def label(self) -> str:
+        c = self.connection
+        return c.get("url") or shlex.join([c.get("command", "?"), *c.get("args", [])])
+
+    def _new_connection(self) -> _Connection:
+        return _Connection(self.connection, label=self.label, timeout=self.timeout,
+                           startup_timeout=self.startup_timeout)  # fmt: skip
+
+    # -- sessions --------------------------------------------------------------------------------------------
+
+    async def _start(self, task: Task, *, fresh: bool) -> McpState:
+        """A session seeded for ``task``: this instance's (``fresh=False``) or a throwaway one (a replay)."""
+        if self.isolation == "shared":
+            if task.env_params or task.metadata.get("setup"):
+                raise EnvironmentFailure(
+                    f"Task {task.id!r} sets an initial state, but isolation='shared' is for stateless servers "
+                    "(every rollout shares one session). Use isolation='session'."
+                )
+            return McpState(await _shared_connection(json.dumps(self.connection, sort_keys=True, default=str),
+                                                     self._new_connection))  # fmt: skip
+        conn = None if fresh else self._conn
+        resettable = conn is not None and conn.dead is None and self.reset_tool in conn.tools
+        if not resettable:
+            if conn is not None:
+                await conn.close()
+            conn = self._new_connection()
+            await conn.open()
+            if not fresh:
+                self._conn = conn
+        assert conn is not None
+        state = McpState(conn, owned=fresh, hidden=frozenset(name for name in conn.tools if name == self.reset_tool))
+        try:
+            if self.reset_tool in conn.tools:
+                await conn.call(self.reset_tool, dict(task.env_params))
+            elif task.env_params:
+                raise EnvironmentFailure(
+                    f"Task {task.id!r} gives an initial state {sorted(task.env_params)}, but the server has no "
+                    f"{self.reset_tool!r} tool to apply it: add one, or seed the task with 'setup' calls."
+                )
+            for call in _calls(task.metadata.get("setup") or [], f"task {task.id!r} 'setup'"):
+                await conn.call(call.name, _arguments(call))
+        except ToolException as e:
+            if fresh:
+                await conn.close()
+            raise EnvironmentFailure(f"Preparing the MCP server for task {task.id!r} failed: {e}") from e
+        except BaseException:
+            if fresh:
+                await conn.close()
+            raise
+        return state
+
+    def _factory(self, task: Task) -> tuple[McpState, list[BaseTool]]:
+        state = self._prepared or _wait(self._start(task, fresh=True))
+        self._prepared = None
+        return state, [self._forwarder(state, tool) for name, tool in state.connection.tools.items()
+                       if name not in state.hidden]  # fmt: skip
+
+    @staticmethod
+    def _forwarder(state: McpState, tool: BaseTool) -> BaseTool:
+        """The agent's tool: the server's schema as it is, each call run on the background loop."""
+        conn, name = state.connection, tool.name
+
+        def run(**arguments: Any) -> str:
+            return _wait(conn.call(name, arguments))
+
+        async def arun(**arguments: Any) -> str:
+            return await _await(conn.call(name, arguments))
+
+        return StructuredTool(name=name, description=tool.description, args_schema=tool.args_schema,
+                              func=run, coroutine=arun, metadata=tool.metadata)  # fmt: skip
+
+    def _build_tools(self, task: Task) -> tuple[Any, dict[str, BaseTool], dict[str, dict[str, Any]]]:
+        state, tools, schemas = super()._build_tools(task)
+        for name, tool in tools.items():  # the server's input schema, unchanged (LangChain drops titles)
+            schema = tool.args_schema if isinstance(tool.args_schema, dict) else None
+            if schema is not None:
+                schemas[name] = {"type": "function", "function": {
+                    **convert_to_openai_tool(tool)["function"], "parameters": dict(schema)}}  # fmt: skip
+        return state, tools, schemas
+
+    # -- the episode -----------------------------------------------------------------------------------------
+
+    def reset(self, task: Task):  # type: ignore[no-untyped-def]
+        self.last_evaluation = None
+        if self._prepared is None:
+            self._prepared = _wait(self._start(task, fresh=False))
+        try:
+            return super().reset(task)
+        finally:
+            self._prepared = None
+
+    async def areset(self, task: Task):  # type: ignore[no-untyped-def]
+        self.last_evaluation = None
+        self._prepared = await _await(self._start(task, fresh=False))
+        return self.reset(task)
+
+    def _score(self, task: Task, state: McpState, final_answer: str | None, calls: list[ToolCall]) -> float:
+        own = task.metadata.get("checker")
+        checker = load_object(own, what="checker") if isinstance(own, str) else self._default_checker
+        if checker is not None:
+            return checker(task, state, final_answer, calls)
+        if task.metadata.get("check"):
+            return _wait(self._check_score(task, state))
+        if "answer" in task.metadata:
+            return 1.0 if answer_matches(final_answer, str(task.metadata["answer"])) else 0.0
+        warning = (f"task {task.id!r} has no checker, no 'check' calls and no 'answer', so it scores 0.0; give it "
+                   "one in the tasks file (docs/mcp.md)")  # fmt: skip
+        logger.warning("MCP environment %s: %s", self.label, warning)
+        self.last_evaluation = {"score": 0.0, "warning": warning}
+        return 0.0
+
+    async def _check_score(self, task: Task, state: McpState) -> float:
+        """The fraction of ``check`` calls whose results equal those after replaying the reference."""
+        checks = _calls(task.metadata["check"], f"task {task.id!r} 'check'")
+        got = [await _read(state, c) for c in checks]
+        twin = await self._start(task, fresh=True)
+        try:
+            for call in task.reference_solution or ():
+                try:
+                    await twin.connection.call(call.name, _arguments(call))
+                except ToolException as e:
+                    raise EnvironmentFailure(f"The reference of task {task.id!r} failed on replay: {e}") from e
+            want = [await _read(twin, c) for c in checks]
+        finally:
+            await twin.connection.close()
+        matches = [_normal(a) == _normal(b) for a, b in zip(got, want, strict=True)]
+        self.last_evaluation = {"checks": len(checks), "matched": sum(matches)}
+        return sum(matches) / len(matches)
+
+    async def aevaluate(self) -> float:
+        task, state = self.task, self.state
+        if task is not None and isinstance(state, McpState) and self._default_checker is None:
+            by_checks = bool(task.metadata.get("check")) and "checker" not in task.metadata
+            if by_checks and task.source not in ("synthetic", "trace"):  # off this loop: the replay starts a server
+                return await _await(self._check_score(task, state))
+        return await asyncio.to_thread(self.evaluate)
+
+    # -- the end ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        super().close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _wait(conn.close())
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        super().close()
+        if conn is not None:
+            await _await(conn.close())
+
+    def profile(self) -> dict[str, Any]:
+        """The declared profile plus the server's operations (from a throwaway session before a reset)."""
+        if self._schemas:
+            return super().profile()
+        conn = self._new_connection()
+        _wait(conn.open())
+        try:
+            ops = {name: {"description": tool.description,
+                          "arguments": sorted((tool.args_schema or {}).get("properties") or ()),  # type: ignore[union-attr]
+                          "required": list((tool.args_schema or {}).get("required") or ())}  # type: ignore[union-attr]
+                   for name, tool in conn.tools.items() if name != self.reset_tool}  # fmt: skip
+        finally:
+            _wait(conn.close())
+        return {**self._declared_profile, "operations": ops}
+
+
+async def _read(state: McpState, call: ToolCall) -> str:
+    try:
+        return await state.connection.call(call.name, _arguments(call))
+    except ToolException as e:
+        raise EnvironmentFailure(f"A check call {call.name} failed: {e}") from e
+
+
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    return dict(call.arguments) if isinstance(call.arguments, dict) else {}
+
+
+def _normal(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text.strip()
+
+
+def mcp_environment(name: str, **kwargs: Any) -> McpEnvironment:
+    """The ``mcp:`` prefix factory: ``name`` is the whole ``mcp:...`` spec; ``kwargs`` override its ``#`` options."""
+    connection, options = parse_mcp_spec(name)
+    merged: dict[str, Any] = {**options, **kwargs}
+    for key in ("timeout", "startup_timeout"):
+        if isinstance(merged.get(key), str):
+            try:
+                merged[key] = float(merged[key])
+            except ValueError:
+                raise ConfigError(f"{key} in {name!r} must be a number of seconds, got {merged[key]!r}.") from None
+    if merged.get("reset_tool") == "":
+        merged["reset_tool"] = None
+    return McpEnvironment(connection, name=name, **merged)
