@@ -1,4 +1,4 @@
-"""A small stateful to-do MCP server (FastMCP) for tests/test_mcp_env.py and benchmarks/mcp.py.
+"""A small stateful to-do MCP server (FastMCP) for tests/test_mcp_env.py and benchmarks/mcp_env.py.
 
 State is kept per MCP session (the convention docs/mcp.md describes), so over streamable HTTP every
 client session sees its own list; over stdio a process has one session. A ``reset`` tool (the

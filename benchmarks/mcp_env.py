@@ -1,6 +1,6 @@
 """What an MCP server costs as an environment: a stdio server with one process per instance.
 
-    python -m benchmarks.mcp    # ~50 s on 2 cores; as a module: as a file it would shadow the mcp package
+    python -m benchmarks.mcp_env    # ~50 s on 2 cores
 
 Against tests/mcp_todo_server.py (FastMCP, stdio). Ends with one JSON line:
 
