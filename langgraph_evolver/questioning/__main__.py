@@ -1,9 +1,12 @@
 """Synthesize filtered tasks for any environment and store them in SQLite.
 
 Explores the environment with the schema-driven explorer, synthesizes tasks offline, filters
-them (invalid references, near-duplicates of kept/seed/held-out tasks, infeasible references),
-writes the kept ones with their provenance to ``--out`` and prints a summary of the filters,
-then one JSON line with the figures.
+them (invalid references, near-duplicates of kept/seed/held-out tasks and of the tasks ``--out``
+already holds, infeasible references), writes the kept ones with their provenance to ``--out``
+and prints a summary of the filters, then one JSON line with the figures: ``kept``, ``stored``
+(new in ``--out``; equal to ``kept`` unless ``dropped_at_store`` says why not), ``in_store``,
+``state_changing`` (share of the kept tasks whose reference changes the state). Exits 0 when
+``--n`` tasks were stored.
 
 Run:
 
@@ -91,24 +94,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     for target in args.setup:
         run_setup(target)
-    tasks, report = synthesize_tasks(
-        args.env,
-        args.n,
-        seed=args.seed,
-        n_breadth=args.n_breadth,
-        n_depth=args.n_depth,
-        max_ops=args.max_ops,
-        per_exploration=args.per_exploration,
-        threshold=args.threshold,
-        max_explorations=args.max_explorations,
-        progress=not args.no_progress,
-        explorer=None if args.explorer == "schema" else chat_model(args.explorer, base_url=args.base_url,
-                                                                     api_key=args.api_key),
-        synthesizer=None if args.synthesizer == "offline" else chat_model(args.synthesizer, base_url=args.base_url,
-                                                                            api_key=args.api_key),
-    )  # fmt: skip
     with TaskStore(args.out) as store:
-        added = store.add_many(tasks)
+        tasks, report = synthesize_tasks(
+            args.env,
+            args.n,
+            seed=args.seed,
+            n_breadth=args.n_breadth,
+            n_depth=args.n_depth,
+            max_ops=args.max_ops,
+            per_exploration=args.per_exploration,
+            threshold=args.threshold,
+            max_explorations=args.max_explorations,
+            progress=not args.no_progress,
+            explorer=None if args.explorer == "schema" else chat_model(args.explorer, base_url=args.base_url,
+                                                                         api_key=args.api_key),
+            synthesizer=None if args.synthesizer == "offline" else chat_model(args.synthesizer,
+                                                                                base_url=args.base_url,
+                                                                                api_key=args.api_key),
+            store=store,  # what it holds is skipped while exploring, so the n kept tasks are all new
+        )  # fmt: skip
+        added, dropped = store.add_many_counted(tasks)
         if args.jsonl:
             store.export_jsonl(args.jsonl)
         total = len(store)
@@ -120,9 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"    {count:4d}  {reason}")
     print(f"  by level: {report.by_level}; phrasing overlap with seed tasks: {report.phrasing_overlap:.3f}")
     print(f"  explorer {report.explorer}, synthesizer {report.synthesizer} {report.synthesizer_stats or ''}")
-    print(f"  stored {added} new tasks in {args.out} ({total} in all)")
-    print(json.dumps({**report.to_dict(), "out": args.out, "added": added, "stored": total}))
-    return 0 if report.kept >= args.n else 1
+    print(f"  {report.state_changing:.0%} of the kept tasks change state")
+    print(
+        f"  stored {added} new tasks in {args.out} ({total} in all)" + (f"; not stored: {dropped}" if dropped else "")
+    )
+    if added < args.n:
+        print(f"  only {added} of {args.n} stored: raise --max-explorations (spent {report.explorations}) or --n-depth")
+    summary = {**report.to_dict(), "out": args.out, "stored": added, "dropped_at_store": dropped, "in_store": total}
+    print(json.dumps(summary))
+    return 0 if added >= args.n else 1
 
 
 if __name__ == "__main__":

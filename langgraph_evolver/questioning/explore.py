@@ -22,7 +22,7 @@ from typing import Any
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
 from ..environment import Environment
-from .profile import WRITE_VERBS, tool_entity, tool_verb
+from .profile import WRITE_VERBS, singular, tool_entity, tool_verb
 from .prompts import DEFAULT_EXPLORE_GOAL
 
 __all__ = ["EXPLORE_QUERY", "aexplore", "exploration_task", "explore"]
@@ -35,13 +35,18 @@ _SYNONYMS = {
     "query": ("name", "title"),
 }
 _RECENT = 2
+_ID_SUFFIXES = ("id", "code", "number")
+"""An argument ``<x>_<suffix>`` names a record of entity ``x`` (``booking_id``, ``airport_code``)."""
+_MAX_DEPTH = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Seen:
     key: str
+    """The field the value was found under (a list's items carry the list's key)."""
     value: Any
     entity: str
+    """The producing tool's entity and the enclosing keys, singular (``booking flight``)."""
     step: int
 
 
@@ -58,15 +63,41 @@ def exploration_task(seed_task: Task | None = None, *, env: str | None = None, s
     return Task(id=f"explore-{digest[:12]}", query=EXPLORE_QUERY, env=env_name, env_params=params, metadata=metadata)
 
 
+def _id_like(key: str) -> bool:
+    return key in _ID_SUFFIXES or key.rsplit("_", 1)[-1] in _ID_SUFFIXES
+
+
+def _names_record(arg: str) -> bool:
+    """An ``id``/``<x>_id`` argument: only a value seen earlier can fill it, never an invented one."""
+    return arg == "id" or arg.endswith("_id")
+
+
 def _harvest(value: Any, key: str, entity: str, step: int, out: list[_Seen]) -> None:
+    """Collect the scalars of a parsed JSON result under their field names.
+
+    Each value keeps the entities around it: the tool's and every enclosing key's, so an ``id``
+    inside ``{"bookings": [...]}`` returned by ``search`` is a booking's id. A mapping keyed by
+    ids (``{"payment_methods": {"card_7": {...}}}``) yields those keys as ``<parent>_id`` values.
+    """
     if isinstance(value, Mapping):
         for k, v in value.items():
-            _harvest(v, str(k), entity, step, out)
+            k = str(k)
+            if isinstance(v, Mapping) and key and any(c.isdigit() for c in k):
+                out.append(_Seen(key=f"{singular(key)}_id", value=k, entity=entity, step=step))
+            inner = f"{entity} {singular(k)}" if isinstance(v, Mapping | list) else entity
+            _harvest(v, k, inner, step, out)
     elif isinstance(value, list):
         for v in value:
             _harvest(v, key, entity, step, out)
     elif value is not None and key:
         out.append(_Seen(key=key, value=value, entity=entity, step=step))
+
+
+def _json_type(prop: Mapping[str, Any]) -> str | None:
+    kind = prop.get("type")
+    if isinstance(kind, list):  # ["string", "null"]
+        kind = next((k for k in kind if k != "null"), None)
+    return kind if isinstance(kind, str) else None
 
 
 def _type_ok(value: Any, json_type: str | None) -> bool:
@@ -90,42 +121,86 @@ class _Explorer:
         for schema in tools:
             fn = schema.get("function", schema)
             params = fn.get("parameters") or {}
+            defs = {**(params.get("definitions") or {}), **(params.get("$defs") or {})}
             self.tools[fn["name"]] = {
-                "props": dict(params.get("properties") or {}),
+                "props": {k: self._resolve(v, defs) for k, v in (params.get("properties") or {}).items()},
                 "required": list(params.get("required") or []),
             }
         self.examples: dict[str, str] = {}
         for tool in self.tools.values():  # "Date, e.g. May 3": an example value, shared by argument name
             for arg, prop in tool["props"].items():
                 found = re.search(r"e\.g\.,?\s*'?([^,;()']+)", str(prop.get("description", "")))
-                if found and not arg.endswith("_id"):
+                if found and not _names_record(arg):
                     self.examples.setdefault(arg, found.group(1).strip())
         self.seen: list[_Seen] = []
         self.used: list[str] = []
         self.step = 0
 
-    def _candidates(self, arg: str, json_type: str | None, *, recent: bool) -> list[Any]:
-        keys = {arg, *_SYNONYMS.get(arg, ())}
-        entity = arg[:-3] if arg.endswith("_id") else None
-        values = []
-        for s in self.seen:
-            if recent and s.step < self.step - _RECENT:
-                continue
-            if s.key in keys or (entity is not None and s.key == "id" and entity in s.entity):
-                if _type_ok(s.value, json_type) and s.value not in values:
-                    values.append(s.value)
-        return values
+    def _resolve(self, prop: Any, defs: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
+        """``prop`` with ``$ref``s inlined and ``anyOf``/``oneOf`` narrowed to the first non-null branch."""
+        if not isinstance(prop, Mapping) or depth > _MAX_DEPTH:
+            return {}
+        prop = dict(prop)
+        ref = prop.pop("$ref", None)
+        if isinstance(ref, str):
+            prop = {**dict(defs.get(ref.rsplit("/", 1)[-1]) or {}), **prop}
+        for key in ("anyOf", "oneOf", "allOf"):
+            branches = [b for b in prop.pop(key, None) or [] if isinstance(b, Mapping) and b.get("type") != "null"]
+            if branches:
+                prop = {**self._resolve(branches[0], defs, depth + 1), **prop}
+        if isinstance(prop.get("properties"), Mapping):
+            prop["properties"] = {k: self._resolve(v, defs, depth + 1) for k, v in prop["properties"].items()}
+        if "items" in prop:
+            prop["items"] = self._resolve(prop["items"], defs, depth + 1)
+        return prop
 
-    def _fill(self, arg: str, prop: Mapping[str, Any], *, recent: bool) -> tuple[bool, Any]:
-        json_type = prop.get("type")
+    def _candidates(
+        self, arg: str, json_type: str | None, *, recent: bool, only_recent: bool = False, loose: bool = True
+    ) -> list[Any]:
+        """Values seen for ``arg``: the first non-empty tier of exact name, entity id, suffix, type.
+
+        ``booking_id`` takes a value seen under ``booking_id``; else one seen under ``id`` (or
+        ``booking``) in a booking's result; else under a key sharing its suffix
+        (``outbound_booking_id`` <-> ``booking_id``); else, for an id-like argument, any id-like
+        value of its type (``loose=False`` leaves that last guess out).
+        """
+        keys = {arg, *_SYNONYMS.get(arg, ())}
+        head, _, suffix = arg.rpartition("_")
+        entity = head if head and suffix in _ID_SUFFIXES else None
+        tiers: tuple[list[_Seen], ...] = ([], [], [], [])
+        for s in self.seen:
+            if not _type_ok(s.value, json_type):
+                continue
+            if s.key in keys:
+                tiers[0].append(s)
+            elif entity is not None and s.key in (suffix, entity) and entity in s.entity:
+                tiers[1].append(s)
+            elif s.key.endswith(f"_{arg}") or (s.key not in _ID_SUFFIXES and arg.endswith(f"_{s.key}")):
+                tiers[2].append(s)
+            elif _names_record(arg) and _names_record(s.key):
+                tiers[3].append(s)
+        best = next((t for t in tiers[: 4 if loose else 3] if t), [])
+        if recent:  # within the best tier, the values of the last few observations
+            latest = [s for s in best if s.step >= self.step - _RECENT]
+            best = latest if latest or only_recent else best
+        return list(dict.fromkeys(s.value for s in best))
+
+    def _fill(self, arg: str, prop: Mapping[str, Any], *, recent: bool, depth: int = 0) -> tuple[bool, Any]:
+        json_type = _json_type(prop)
         if prop.get("enum"):
             return True, self.rng.choice(list(prop["enum"]))
+        if "const" in prop:
+            return True, prop["const"]
+        if json_type == "object" or isinstance(prop.get("properties"), Mapping):
+            return self._fill_object(prop, recent=recent, depth=depth + 1)
+        if json_type == "array":
+            items = prop.get("items") or {}
+            ok, value = self._fill(singular(arg), items, recent=recent, depth=depth + 1)
+            return ok, [value] if ok else None
         values = self._candidates(arg, json_type, recent=recent)
-        if not values and recent:
-            values = self._candidates(arg, json_type, recent=False)
         if values:
             return True, self.rng.choice(values)
-        if arg.endswith("_id") or arg == "id":
+        if _names_record(arg):
             return False, None
         if json_type == "boolean":
             return True, self.rng.random() < 0.5
@@ -140,16 +215,39 @@ class _Explorer:
             return True, f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"
         return False, None
 
+    def _fill_object(self, prop: Mapping[str, Any], *, recent: bool, depth: int) -> tuple[bool, Any]:
+        if depth > _MAX_DEPTH:
+            return False, None
+        required = set(prop.get("required") or [])
+        out: dict[str, Any] = {}
+        for key, sub in (prop.get("properties") or {}).items():
+            if key not in required and self.rng.random() < 0.5:
+                continue
+            ok, value = self._fill(key, sub, recent=recent, depth=depth)
+            if ok:
+                out[key] = value
+            elif key in required:
+                return False, None
+        return True, out
+
+    def _known(self, arg: str, prop: Mapping[str, Any], *, recent: bool, depth: int = 0) -> bool:
+        """Whether ``arg`` can be filled without guessing an id (recursing into objects and arrays)."""
+        if prop.get("enum") or "const" in prop:
+            return True
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(prop.get("properties"), Mapping):
+            required = prop.get("required") or []
+            return all(self._known(k, prop["properties"].get(k, {}), recent=recent, depth=depth + 1) for k in required)
+        if _json_type(prop) == "array":
+            return self._known(singular(arg), prop.get("items") or {}, recent=recent, depth=depth + 1)
+        if self._candidates(arg, _json_type(prop), recent=recent, only_recent=recent, loose=False):
+            return True
+        return not recent and not _names_record(arg)
+
     def fillable(self, name: str, *, recent: bool = False) -> bool:
         tool = self.tools[name]
-        return all(
-            bool(self._candidates(a, tool["props"].get(a, {}).get("type"), recent=recent))
-            or (recent is False and self._fill_probe(a, tool["props"].get(a, {})))
-            for a in tool["required"]
-        )
-
-    def _fill_probe(self, arg: str, prop: Mapping[str, Any]) -> bool:
-        return not (arg.endswith("_id") or arg == "id") or bool(prop.get("enum"))
+        return all(self._known(a, tool["props"].get(a, {}), recent=recent) for a in tool["required"])
 
     def arguments(self, name: str, *, recent: bool) -> dict[str, Any]:
         tool = self.tools[name]
@@ -180,7 +278,7 @@ class _Explorer:
                 w = 0.0  # a tool whose ids are unknown yet would only return an error
                 if self.fillable(n):
                     w = 1.0
-                    needs_ids = any(a.endswith("_id") for a in self.tools[n]["required"])
+                    needs_ids = any(_names_record(a) for a in self.tools[n]["required"])
                     if needs_ids and self.fillable(n, recent=True):
                         w += 3.0
                     if tool_verb(n) in WRITE_VERBS:
@@ -198,11 +296,19 @@ class _Explorer:
         for obs in observations:
             if obs.is_error:
                 continue
+            entity = tool_entity(obs.name)
             try:
                 data = json.loads(obs.content)
             except (json.JSONDecodeError, TypeError):
+                token = obs.content.strip()  # a bare id returned by a create tool ("b101")
+                if (
+                    tool_verb(obs.name) in WRITE_VERBS
+                    and re.fullmatch(r"[\w.:-]{1,40}", token)
+                    and any(c.isdigit() for c in token)
+                ):
+                    self.seen.append(_Seen(key=f"{entity}_id", value=token, entity=entity, step=self.step))
                 continue
-            _harvest(data, "", tool_entity(obs.name), self.step, self.seen)
+            _harvest(data, "", entity, self.step, self.seen)
         self.step += 1
 
 

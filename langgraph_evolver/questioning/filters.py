@@ -44,6 +44,9 @@ __all__ = [
     "state_fingerprint",
 ]
 
+AUDIT_FIELDS = frozenset({"viewed"})
+"""Top-level state fields that log what was looked at (the sandbox's ``World.viewed``), not state:
+``state_fingerprint`` leaves them out, so a task that only reads does not count as changing state."""
 EnvFactory = TaskEnvironmentFactory
 """``env_factory(task) -> Environment``: a fresh instance for the task (not yet reset)."""
 _EMPTY = {"", "[]", "{}", "null", "none", '""'}
@@ -116,6 +119,16 @@ class DuplicateIndex:
         self._vectors: list[Any] = []
         self._labels: list[str] = []
         self._exact: dict[str, str] = {}
+        self._ids: dict[str, str] = {}
+
+    def add_ids(self, ids: Sequence[str], label: str) -> None:
+        """Task ids already taken under ``label``: a candidate with one of them is the same task."""
+        for task_id in ids:
+            self._ids.setdefault(task_id, label)
+
+    def id_match(self, task_id: str) -> str | None:
+        """The label ``task_id`` was taken under, if any."""
+        return self._ids.get(task_id)
 
     def embed(self, texts: Sequence[str]) -> Any:
         """Unit-norm embeddings of ``texts`` (a numpy array, one row per text)."""
@@ -190,10 +203,16 @@ def _plain(value: Any) -> Any:
 
 
 def state_fingerprint(env: Environment) -> str:
-    """A comparable snapshot of an environment's state (its ``world`` or ``state``), by value."""
+    """A comparable snapshot of an environment's state (its ``world`` or ``state``), by value.
+
+    Audit logs of reads (``AUDIT_FIELDS``) are left out: looking at a record does not change it.
+    """
     state = getattr(env, "world", None)
     if state is None:
         state = getattr(env, "state", None)
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        fields = [f.name for f in dataclasses.fields(state) if f.name not in AUDIT_FIELDS]
+        state = {name: getattr(state, name) for name in fields}
     return json.dumps(_plain(state), sort_keys=True, default=repr)
 
 
@@ -262,7 +281,9 @@ def filter_tasks(
 ) -> tuple[list[Task], FilterReport]:
     """Run the three filters in order (invalid, duplicate, feasibility).
 
-    Feasibility runs before a task joins the duplicate index, so an infeasible task never
+    A candidate whose id is taken (``DuplicateIndex.add_ids``: kept earlier, or in the store)
+    is a duplicate too: the id hashes the world and the reference, so it is the same task phrased
+    anew. Feasibility runs before a task joins the duplicate index, so an infeasible task never
     blocks a feasible near-duplicate. Kept tasks get ``metadata["filters"]`` (the filters
     passed) and ``metadata["feasibility"]`` (the replay's score and effects).
     """
@@ -271,7 +292,8 @@ def filter_tasks(
     kept: list[Task] = []
     duplicate, infeasible = Counter[str](), Counter[str]()
     for task, vector in zip(valid, vectors, strict=True):
-        hit = index.match([task.query], vector[None, :])[0]
+        taken = index.id_match(task.id)  # the same reference in the same world, phrased anew
+        hit = (taken, 1.0) if taken is not None else index.match([task.query], vector[None, :])[0]
         if hit is not None:
             duplicate[f"duplicate of {hit[0]}"] += 1
             continue
@@ -280,6 +302,7 @@ def filter_tasks(
             infeasible[reason] += 1
             continue
         index.add([task.query], "kept", vector[None, :])
+        index.add_ids([task.id], "kept")
         extra = {EXPECTED_KEY: info.pop("expected_values")} if "expected_values" in info else {}
         metadata = {**task.metadata, **extra, "filters": ["valid", "novel", "feasible"], "feasibility": info}
         kept.append(dataclasses.replace(task, metadata=metadata))

@@ -5,8 +5,8 @@ Each round explores one world (the next seed training task's ``env_params``, or 
 world when the environment has no tasks) with the schema-driven explorer (or, given a chat model,
 the LLM explorer of ``explore_llm.py``), writes candidate tasks with the offline synthesizer (or
 an ``LLMSynthesizer``) and filters them against everything kept so far, the seed training tasks
-and the held-out tasks. Stops at ``n`` kept tasks or after ``max_explorations``
-rounds, whichever comes first.
+and the held-out tasks (and, given a ``store``, the tasks it already holds). Stops at ``n`` kept
+tasks or after ``max_explorations`` rounds, whichever comes first.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from langgraph_evolver.types import Task
 from .explore import exploration_task, explore
 from .explore_llm import aexplore_with_model
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
+from .store import TaskStore
 from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer
 
@@ -49,6 +50,8 @@ class PipelineReport:
     """Mean max token-Jaccard of the kept queries with the seed (train + held-out) queries."""
     by_level: dict[int, int] = field(default_factory=dict)
     """Kept tasks by difficulty (number of calls)."""
+    state_changing: float = 0.0
+    """Share of the kept tasks whose reference, replayed by the feasibility filter, changed the state."""
     seconds: float = 0.0
     explorer: str = "schema"
     synthesizer: str = SYNTHESIZER_NAME
@@ -84,6 +87,7 @@ async def asynthesize_tasks(
     explorer: Any = None,
     synthesizer: Any = None,
     explorer_options: dict[str, Any] | None = None,
+    store: TaskStore | None = None,
 ) -> tuple[list[Task], PipelineReport]:
     """Synthesize ``n`` filtered tasks for an environment (offline unless ``explorer``/``synthesizer`` is a model).
 
@@ -113,6 +117,9 @@ async def asynthesize_tasks(
         synthesizer: ``None`` (the offline synthesizer), an ``LLMSynthesizer``, or a chat model
             (wrapped in an ``LLMSynthesizer`` asking ``per_exploration`` tasks per exploration).
         explorer_options: ``create_explorer_graph`` options for an LLM explorer (temperatures...).
+        store: a ``TaskStore`` the tasks are meant for: the tasks it holds (same id) and their
+            near-duplicates are removed (``duplicate of stored``) and exploration goes on, so
+            all ``n`` kept tasks are new to it. The tasks are not written here.
 
     Returns:
         ``(tasks, report)``.
@@ -133,6 +140,10 @@ async def asynthesize_tasks(
     index = DuplicateIndex(embeddings, threshold=threshold)
     index.add([t.query for t in seeds], "seed")
     index.add([t.query for t in held], "held-out")
+    if store is not None:
+        stored = store.list()
+        index.add([t.query for t in stored], "stored")
+        index.add_ids([t.id for t in stored], "stored")
     budget = max_explorations if max_explorations is not None else 2 * n + 10
     kept: list[Task] = []
     report = FilterReport()
@@ -164,6 +175,7 @@ async def asynthesize_tasks(
             kept.extend(new)
             bar.update(len(new))
             bar.set_postfix(explorations=rounds, candidates=report.candidates)
+    changing = sum(bool((t.metadata.get("feasibility") or {}).get("state_changed")) for t in kept)
     by_level: dict[int, int] = {}
     for t in kept:
         level = int(t.metadata.get("level", len(t.reference_solution or ())))
@@ -176,6 +188,7 @@ async def asynthesize_tasks(
         filters=report,
         phrasing_overlap=round(phrasing_overlap(kept, [*seeds, *held]), 4),
         by_level=dict(sorted(by_level.items())),
+        state_changing=round(changing / len(kept), 3) if kept else 0.0,
         seconds=round(time.perf_counter() - started, 2),
         explorer="schema" if explorer is None else f"llm:{model_id(explorer)}",
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,

@@ -96,6 +96,20 @@ class TaskStore:
         """Store several tasks; returns how many were new."""
         return sum(self.add(t, **provenance) for t in tasks)
 
+    def add_many_counted(self, tasks: Iterable[Task], **provenance: Any) -> tuple[int, dict[str, int]]:
+        """Store several tasks; returns how many were new and why the others were not stored.
+
+        The one reason is ``duplicate``: the store (or an earlier task of ``tasks``) holds the id,
+        which hashes the world and the reference, so it is the same task.
+        """
+        added, dropped = 0, 0
+        for task in tasks:
+            if self.add(task, **provenance):
+                added += 1
+            else:
+                dropped += 1
+        return added, ({"duplicate": dropped} if dropped else {})
+
     def __len__(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
 
