@@ -4,9 +4,12 @@ No model is involved, so exploration runs offline on any environment. A breadth 
 ``n_breadth`` calls samples diverse tools (each tool at most once while unused ones can be
 filled); a depth phase of ``n_depth`` calls prefers tools whose arguments can be filled from
 the most recent observations (an id a search just returned, then the call that uses it). Argument
-values come from the schema (enums, numbers named in the description) and from every JSON value
-seen in earlier observations, matched by argument name (``contact_id`` <- an ``id`` returned by
-a ``*contact*`` tool, ``origin`` <- a ``city``). Deterministic for a given seed.
+values come from every JSON value seen in earlier observations, matched by argument name in tiers
+(exact name; entity id: ``booking_id`` <- an ``id`` returned by a ``*booking*`` tool or found under
+a ``bookings`` key; suffix: ``outbound_flight_code`` <- ``flight_code``; last, any id-like value of
+the type), and from the schema (enums, numbers named in the description, examples); nested
+arguments (``$ref``, ``anyOf``, objects, arrays) are filled field by field. An ``id``/``*_id``
+argument is never invented. Deterministic for a given seed.
 """
 
 from __future__ import annotations
