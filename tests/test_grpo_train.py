@@ -127,3 +127,21 @@ def test_full_fine_tuning_publishes_weights_from_disk(tmp_path, capsys):
     assert rows[1]["policy/staleness_mean"] == 0  # every call answered by the version of its step
     assert [p.name for p in (out / "served_weights").iterdir()] == ["tiny-policy-step2"]  # keep=1
     assert (out / "final" / "model.safetensors").exists() and not (out / "final" / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_training_against_a_keyed_policy_server(tmp_path, monkeypatch, capsys):
+    """With $EVOLVER_POLICY_API_KEY set, the server the trainer starts requires it, and every client of the run
+    (endpoint check, rollouts, LoRA publishing, evaluation) sends it: one step trains and publishes."""
+    from trainers.grpo import cli
+
+    monkeypatch.setenv("EVOLVER_POLICY_API_KEY", "sk-test-key-1")
+    out = tmp_path / "keyed"
+    figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "1", *SMALL,
+                   "--eval_before", "false", "--eval_limit", "1", "--eval_k", "1"])  # fmt: skip
+    assert figures["steps"] == 1 and figures["final_model"] == "tiny-policy-lora-step1"
+    assert _metrics(out)[0]["rollout/failed"] == 0
+    log = (out / "policy_server.log").read_text()
+    assert "access: API key required" in log, log[-2000:]  # the server enforced the key the clients sent
+    assert "tiny-policy-lora-step1" in log, log[-2000:]
