@@ -62,7 +62,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--synthesizer", default="offline",
                         help="'offline' (default) or a chat model spec as for --explorer")  # fmt: skip
     parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint for the model specs")
-    parser.add_argument("--api-key", default=None, help="API key for --base-url (default: $OPENAI_API_KEY or 'EMPTY')")
+    parser.add_argument("--api-key", default=None,
+                        help="API key for --base-url (default: $EVOLVER_POLICY_API_KEY for policy:<name>, else "
+                        "$OPENAI_API_KEY, else 'EMPTY')")  # fmt: skip
     return parser
 
 
@@ -76,7 +78,8 @@ def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = 
 
         if not base_url:
             raise ConfigError(f"{spec!r} needs --base-url (the policy endpoint, e.g. http://127.0.0.1:8000/v1).")
-        return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=key, max_tokens=256)
+        # no --api-key: PolicyChatModel sends $EVOLVER_POLICY_API_KEY, the policy server's key
+        return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=api_key, max_tokens=256)
     extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
     return init_model(spec, role="chat", accepted="Use 'schema'/'offline', 'policy:<name>' or a string such as "
                       "'openai:gpt-4.1-mini'.", **extra)  # fmt: skip
