@@ -10,7 +10,7 @@ Names (every ``--env`` accepts them; ``langgraph_evolver.environment`` maps the 
 - ``mcp:http://host:port/mcp``: a streamable-HTTP server;
 - either + ``#key=value&...``: options for commands that pass no keyword arguments, e.g.
   ``mcp:python srv.py#tasks=tasks.jsonl&timeout=10``. Keys: ``tasks``, ``timeout``, ``startup_timeout``,
-  ``isolation``, ``reset_tool``, ``checker``.
+  ``isolation``, ``reset_tool``, ``checker``, ``judge``, ``judge_base_url``.
 
 Isolation (docs/mcp.md): ``isolation="session"`` (default) opens one MCP session per instance: one
 server process per instance over stdio, one MCP session id per instance over HTTP (isolated when the
@@ -27,15 +27,25 @@ Tasks: ``tasks="tasks.jsonl"`` (``load_mcp_tasks``). Scoring, per task: its ``ch
 (``module:function``, called as ``checker(task, state, final_answer, calls)``; ``state.call(name, **args)``
 reads the server), else its ``check`` calls (read-only tool calls whose results must equal those of the
 task's ``reference`` replayed on a fresh session; the score is the fraction that match), else its
-``answer`` (the final answer must contain it), else 0.0 with a warning in ``last_evaluation``.
+``answer`` (the final answer must contain it), else the ``judge`` when one is given, else 0.0 with a warning in
+``last_evaluation``.
+
+Judged scoring (``judge="openai:gpt-4.1-mini"``, ``#judge=policy:<name>&judge_base_url=...``, a chat model, or an
+object with ``areward(task, state, trajectory)``): the reference-aware judge
+(``langgraph_evolver.questioning.judge.ReferenceAwareJudge``) reads the task, its reference, the tool calls the
+episode made with their results and the final answer. ``last_evaluation`` says so (``{"scored_by": "judge",
+"judge": <model>, ...}``). A judge that gives no verdict raises ``EnvironmentFailure`` (the rollout's reward is
+``None`` with that error, never a silent 0.0); its ``last_evaluation`` keeps the judge's error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import json
 import logging
+import numbers
 import shlex
 import threading
 from collections.abc import Coroutine, Mapping
@@ -50,16 +60,18 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from env_tools._checks import answer_matches
 from env_tools.langchain_tools import ToolsEnvironment, _render_content
+from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.loading import load_object
-from langgraph_evolver.types import Task, ToolCall
+from langgraph_evolver.questioning.judge import ReferenceAwareJudge
+from langgraph_evolver.types import Action, Step, StepResult, Task, ToolCall, Trajectory
 
 __all__ = ["McpEnvironment", "McpState", "load_mcp_tasks", "mcp_environment", "parse_mcp_spec"]
 
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["session", "shared"]
-_OPTION_KEYS = ("tasks", "timeout", "startup_timeout", "isolation", "reset_tool", "checker")
+_OPTION_KEYS = ("tasks", "timeout", "startup_timeout", "isolation", "reset_tool", "checker", "judge", "judge_base_url")
 _CLOSE_WAIT_S = 10.0
 
 
@@ -338,6 +350,10 @@ class McpEnvironment(ToolsEnvironment):
         reset_tool: the tool the server declares for resetting its state (hidden from the agent); ``None``: none.
         checker: a default ``checker(task, state, final_answer, calls)`` (or ``module:function``) for tasks
             without their own.
+        judge: scores the tasks that have no checker, ``check`` calls or ``answer``: a model spec
+            (``"openai:gpt-4.1-mini"``, ``"policy:<name>"`` with ``judge_base_url``), a LangChain chat model
+            (both wrapped in ``ReferenceAwareJudge``), or an object with ``areward(task, state, trajectory)``.
+        judge_base_url: the OpenAI-compatible endpoint of a ``judge`` given as a spec (needed for ``policy:``).
         name: the environment name tasks are labelled with.
         options: ``ToolsEnvironment``'s other keyword arguments (``system_prompt``, ``profile``).
     """
@@ -352,6 +368,8 @@ class McpEnvironment(ToolsEnvironment):
         isolation: Isolation = "session",
         reset_tool: str | None = "reset",
         checker: Any = None,
+        judge: Any = None,
+        judge_base_url: str | None = None,
         name: str = "mcp",
         **options: Any,
     ) -> None:
@@ -368,6 +386,9 @@ class McpEnvironment(ToolsEnvironment):
         self.reset_tool = reset_tool
         self.name = name
         self._default_checker = load_object(checker, what="checker") if isinstance(checker, str) else checker
+        self._judge, self.judge_id = _make_judge(judge, base_url=judge_base_url)
+        self._steps: list[Step] = []
+        """The episode as the environment saw it (each action and its observations): what the judge reads."""
         self._conn: _Connection | None = None
         self._prepared: McpState | None = None
         self.last_evaluation: dict[str, Any] | None = None
@@ -458,6 +479,7 @@ class McpEnvironment(ToolsEnvironment):
 
     def reset(self, task: Task):  # type: ignore[no-untyped-def]
         self.last_evaluation = None
+        self._steps = []
         if self._prepared is None:
             self._prepared = _wait(self._start(task, fresh=False))
         try:
@@ -467,8 +489,67 @@ class McpEnvironment(ToolsEnvironment):
 
     async def areset(self, task: Task):  # type: ignore[no-untyped-def]
         self.last_evaluation = None
+        self._steps = []
         self._prepared = await _await(self._start(task, fresh=False))
         return self.reset(task)
+
+    def step(self, action: Action) -> StepResult:
+        was_done = self.done
+        result = super().step(action)
+        self._record(action, result, was_done)
+        return result
+
+    async def astep(self, action: Action) -> StepResult:
+        was_done = self.done
+        result = await super().astep(action)
+        self._record(action, result, was_done)
+        return result
+
+    def _record(self, action: Action, result: StepResult, was_done: bool) -> None:
+        if not was_done:
+            self._steps.append(Step(index=len(self._steps), action=action, observations=result.observations))
+
+    def _judged(self, task: Task) -> bool:
+        """Whether ``task`` is scored by the judge: one is given and the task has no other way to be scored."""
+        if self._judge is None or self._default_checker is not None:
+            return False
+        if task.source in ("synthetic", "trace") and task.reference_solution:  # scored by replay
+            return False
+        return not any(key in task.metadata for key in ("checker", "check", "answer"))
+
+    async def _ajudge(self, task: Task) -> float:
+        """The judge's reward for the episode; ``EnvironmentFailure`` (recorded in ``last_evaluation``) when it
+        gives none, so the rollout has no reward rather than a made-up 0.0."""
+        trajectory = Trajectory(id=f"{task.id}/judged", task=task, steps=tuple(self._steps))
+        marking: dict[str, Any] = {"scored_by": "judge", "judge": self.judge_id}
+        judge = self._judge
+        try:
+            if isinstance(judge, ReferenceAwareJudge):
+                verdict = await judge.ascore(task, trajectory)
+                if verdict.error is not None:
+                    raise RuntimeError(verdict.error)
+                reward = verdict.reward
+                marking.update(score=verdict.score, achieved=verdict.achieved, reason=verdict.reason)
+            else:
+                scored = judge.areward(task, self.state, trajectory)
+                reward = await scored if inspect.isawaitable(scored) else scored
+                if not isinstance(reward, numbers.Real) or not 0.0 <= float(reward) <= 1.0:
+                    raise ValueError(f"it returned {reward!r}, not a number in [0, 1]")
+        except Exception as e:
+            self.last_evaluation = {**marking, "error": f"{type(e).__name__}: {e}"}
+            raise EnvironmentFailure(
+                f"The judge {self.judge_id} gave no score for task {task.id!r} ({type(e).__name__}: {e}). Check that "
+                "the judge model is reachable and answers ACHIEVED/SCORE (judge=...), or give the task a checker, "
+                "'check' calls or an 'answer' (docs/mcp.md)."
+            ) from e
+        self.last_evaluation = {**marking, "reward": float(reward)}
+        return float(reward)
+
+    def evaluate(self) -> float:
+        task = self.task
+        if task is not None and self._judged(task):
+            return run_sync(self._ajudge(task))
+        return super().evaluate()
 
     def _score(self, task: Task, state: McpState, final_answer: str | None, calls: list[ToolCall]) -> float:
         own = task.metadata.get("checker")
@@ -480,7 +561,7 @@ class McpEnvironment(ToolsEnvironment):
         if "answer" in task.metadata:
             return 1.0 if answer_matches(final_answer, str(task.metadata["answer"])) else 0.0
         warning = (f"task {task.id!r} has no checker, no 'check' calls and no 'answer', so it scores 0.0; give it "
-                   "one in the tasks file (docs/mcp.md)")  # fmt: skip
+                   "one in the tasks file, or give the environment a judge= (docs/mcp.md)")  # fmt: skip
         logger.warning("MCP environment %s: %s", self.label, warning)
         self.last_evaluation = {"score": 0.0, "warning": warning}
         return 0.0
@@ -505,6 +586,8 @@ class McpEnvironment(ToolsEnvironment):
 
     async def aevaluate(self) -> float:
         task, state = self.task, self.state
+        if task is not None and self._judged(task):
+            return await self._ajudge(task)
         if task is not None and isinstance(state, McpState) and self._default_checker is None:
             by_checks = bool(task.metadata.get("check")) and "checker" not in task.metadata
             if by_checks and task.source not in ("synthetic", "trace"):  # off this loop: the replay starts a server
@@ -557,6 +640,25 @@ def _normal(text: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError):
         return text.strip()
+
+
+def _make_judge(judge: Any, *, base_url: str | None) -> tuple[Any, str | None]:
+    """``(the judge, its id for last_evaluation)`` from ``McpEnvironment(judge=...)``."""
+    if judge is None or judge == "":
+        return None, None
+    if isinstance(judge, str):
+        from langgraph_evolver.questioning.__main__ import chat_model
+
+        if judge.startswith("policy:") and not base_url:
+            raise ConfigError(f"judge={judge!r} needs judge_base_url (the policy endpoint, e.g. "
+                              "#judge=policy:tiny&judge_base_url=http://127.0.0.1:8000/v1).")  # fmt: skip
+        return ReferenceAwareJudge(chat_model(judge, base_url=base_url)), judge
+    if hasattr(judge, "areward"):
+        return judge, str(getattr(judge, "name", None) or type(judge).__name__)
+    if hasattr(judge, "ainvoke"):
+        return ReferenceAwareJudge(judge), model_id(judge)
+    raise ConfigError(f"judge must be a model spec (e.g. 'openai:gpt-4.1-mini'), a chat model or an object with "
+                      f"areward(task, state, trajectory), got {type(judge).__name__}.")  # fmt: skip
 
 
 def mcp_environment(name: str, **kwargs: Any) -> McpEnvironment:

@@ -11,7 +11,13 @@ runner, ``trainers.grpo --agent``, ``trainers.evaluate --agent``) it:
   ``before_model`` when the prompt passes its trigger, edits written to the agent's state);
 - routes every tool call to the rollout's own environment instance when it has a tool of that
   name, so an agent whose tools close over module-level state still gets fresh, independent
-  state per rollout; other tools run as the agent defines them.
+  state per rollout; other tools run as the agent defines them. This is also what trains an agent
+  whose tools come from an MCP server (``MultiServerMCPClient``) on that server as an environment
+  (``--env mcp:...``): its calls go to the rollout's own MCP session, where the checker reads the
+  writes, not to the sessions its own client would open. The routed tool gets the model's arguments
+  only: ``ToolNode`` injects what the agent's own tool declares (``runtime``, state, store) into
+  whichever tool runs, and the environment's tools take none of those (it would reject them as
+  unknown arguments).
 
 The calls themselves are recorded by the rollout's ``TrajectoryRecorder`` (LangChain callbacks),
 not here, so the middleware adds nothing per call but two lookups.
@@ -23,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.tools import BaseTool
 
 from .environment_tools import current_rollout
 from .experience.navigate import guided_system_message
@@ -60,7 +67,9 @@ class EvolverMiddleware(AgentMiddleware):
         if rollout is None or not self.route_tools:
             return request
         tool = rollout.tool(request.tool_call["name"])
-        return request.override(tool=tool) if tool is not None else request
+        if tool is None:
+            return request
+        return request.override(tool=_ModelArgumentsOnly(target=tool, arguments=frozenset(request.tool_call["args"])))
 
     @staticmethod
     def _managing() -> tuple[Any, Any] | None:
@@ -104,3 +113,33 @@ class EvolverMiddleware(AgentMiddleware):
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         return await handler(self._tool_request(request))
+
+
+class _ModelArgumentsOnly(BaseTool):
+    """``target`` run with the arguments the model wrote, less those ``ToolNode`` injected for the agent's own tool.
+
+    Everything else (callbacks, the ``ToolMessage``, error handling) is the target's: this only filters the call.
+    """
+
+    target: BaseTool
+    arguments: frozenset[str]
+    """The argument names of the model's call."""
+    name: str = ""
+    description: str = ""
+
+    def model_post_init(self, context: Any) -> None:
+        self.name, self.description = self.target.name, self.target.description
+
+    def _filtered(self, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("type") == "tool_call" and isinstance(value.get("args"), dict):
+            return {**value, "args": {k: v for k, v in value["args"].items() if k in self.arguments}}
+        return value
+
+    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        return self.target.invoke(self._filtered(input), config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        return await self.target.ainvoke(self._filtered(input), config, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # never reached: ``invoke`` hands the call to the target
+        raise NotImplementedError
