@@ -122,3 +122,25 @@ def test_evaluate_exits_non_zero_when_the_endpoint_fails(tmp_path, capsys):
 
     summary = json.loads((tmp_path / "summary.json").read_text())  # written all the same, with the failures apart
     assert summary["failed"] == 4 and summary["all"]["samples"] == 0
+
+
+def test_task_store_evaluates_the_stored_tasks(tmp_path, capsys):
+    """`--task_store` evaluates what a self-questioning run stored, not the split; `--limit` cuts it."""
+    import json
+
+    from langgraph_evolver.environment import load_environment
+    from langgraph_evolver.questioning import TaskStore
+    from trainers.evaluate import main
+
+    stored = load_environment("sandbox").list_tasks("train")[3:6]  # not the test split's first tasks
+    with TaskStore(tmp_path / "tasks.sqlite") as store:
+        store.add_many(stored)
+    figures = main(["--reference-policy", "--task-store", str(tmp_path / "tasks.sqlite"), "--limit", "2", "--k", "1",
+                    "--output-dir", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    assert figures["tasks"] == 2 and figures["task_store"] == str(tmp_path / "tasks.sqlite")
+    rows = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted(r["task"]["id"] for r in rows) == sorted(t.id for t in stored[:2])
+    assert figures["all"]["avg@1"] == 1.0  # the reference solutions, scored by the environment
+    with pytest.raises(SystemExit) as stopped:
+        main(["--task_store", str(tmp_path / "missing.sqlite"), "--output-dir", str(tmp_path / "x")])
+    assert stopped.value.code == 2 and "does not exist" in capsys.readouterr().err

@@ -12,6 +12,11 @@ policy server on the committed tiny policy and stops it afterwards.
     python -m trainers.evaluate --config examples/quickstart.yaml --k 8   # a training config's model/env
     python -m trainers.evaluate --config examples/quickstart.yaml --adapter runs/quickstart/final
     python -m trainers.evaluate --env bfcl --categories base,miss_param --k 4   # BFCL multi-turn (docs/bfcl.md)
+    python -m trainers.evaluate --env "mcp:python server.py" --task_store tasks.sqlite --limit 20   # stored tasks
+
+``--task_store`` evaluates the tasks a self-questioning run stored (``python -m langgraph_evolver.questioning
+--out tasks.sqlite``; ``trainers.grpo``'s ``task_store``) instead of the split's, ``--limit`` the first N of them;
+each is scored by its environment, a synthetic one by replaying its reference solution.
 
 ``--config`` reads a ``trainers.grpo`` YAML file (model, endpoint, environment, eval split, turn
 and token limits); flags given on the command line win. ``--adapter`` loads a trained LoRA
@@ -281,7 +286,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test")
     p.add_argument("--categories", help="comma-separated task categories to evaluate (BFCL: base,miss_func,"
                    "miss_param,long_context); default: every task of the split")  # fmt: skip
-    p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
+    p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split (or of --task_store)")
+    p.add_argument("--task_store", help="evaluate the tasks of this TaskStore (SQLite, made by `python -m "
+                   "langgraph_evolver.questioning --out ...`) instead of the split's")  # fmt: skip
     p.add_argument("--k", type=int, default=4, help="samples per task")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max_tokens", type=int, default=128)
@@ -335,6 +342,25 @@ def select_tasks(tasks: Sequence[Any], categories: str | None, limit: int | None
     return [t for c in wanted for t in [t for t in tasks if t.metadata.get("category") == c][:limit]]
 
 
+def load_tasks(env: str, split: str, task_store: str | None) -> list[Any]:
+    """The tasks to evaluate: those of ``task_store`` (every stored task, synthesized for ``env``), else the split's."""
+    from langgraph_evolver.environment import load_environment
+    from langgraph_evolver.errors import ConfigError
+
+    if not task_store:
+        return list(load_environment(env).list_tasks(split))
+    if not Path(task_store).is_file():
+        raise ConfigError(f"--task_store {task_store} does not exist; make one with `python -m "
+                          f"langgraph_evolver.questioning --env {env!r} --out {task_store}`.")  # fmt: skip
+    from langgraph_evolver.questioning import TaskStore
+
+    with TaskStore(task_store) as store:
+        tasks = store.list()
+    if not tasks:
+        raise ConfigError(f"--task_store {task_store} holds no tasks.")
+    return tasks
+
+
 def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[str, Any]) -> None:
     """``out/trajectories.jsonl`` and ``out/summary.json`` (what every evaluation leaves behind)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -356,7 +382,7 @@ def _load_adapter(base_url: str, path: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from langgraph_evolver.environment import check_task_environments, environment_factory, load_environment
+    from langgraph_evolver.environment import check_task_environments, environment_factory
     from langgraph_evolver.errors import EvolverError
     from langgraph_evolver.tracing import JsonlTracer, langsmith_callbacks
 
@@ -381,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
             agent = as_agent(args.agent or reference_agent(max_turns=args.max_turns), to_input=args.agent_input,
                              reward=args.reward)  # fmt: skip
-        tasks = select_tasks(load_environment(args.env).list_tasks(args.split), args.categories, args.limit)
+        tasks = select_tasks(load_tasks(args.env, args.split, args.task_store), args.categories, args.limit)
         if not tasks:
             raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}"
                                + (f" in categories {args.categories}." if args.categories else "."))  # fmt: skip
@@ -431,7 +457,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     summary = summarize(trajectories, args.k)
     if not args.quiet:
         print_report(trajectories, summary, args.k)
-    figures = {"model": model, "env": args.env, "split": args.split, "tasks": len(tasks), "k": args.k, **summary,
+    figures = {"model": model, "env": args.env, "split": args.split, **({"task_store": args.task_store}
+               if args.task_store else {}), "tasks": len(tasks), "k": args.k, **summary,
                "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
     if args.reference_policy:
         figures["plumbing"] = plumbing_report(trajectories)

@@ -10,6 +10,12 @@ a ``bookings`` key; suffix: ``outbound_flight_code`` <- ``flight_code``; last, a
 the type), and from the schema (enums, numbers named in the description, examples); nested
 arguments (``$ref``, ``anyOf``, objects, arrays) are filled field by field. An ``id``/``*_id``
 argument is never invented. Deterministic for a given seed.
+
+Tools that harm the exploration are left out (``avoid``): one whose failing call took
+``SLOW_FAILURE_S`` or more (a call that timed out) or that failed without parameters (it would
+fail the same way again) is not called again in that exploration, and ``unsafe_tools`` names, for
+the next explorations, those and any tool after whose failure every later call failed (it broke
+the environment: a server that exits).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +35,7 @@ from ..environment import Environment
 from .profile import WRITE_VERBS, singular, tool_entity, tool_verb
 from .prompts import DEFAULT_EXPLORE_GOAL
 
-__all__ = ["EXPLORE_QUERY", "aexplore", "exploration_task", "explore"]
+__all__ = ["EXPLORE_QUERY", "SLOW_FAILURE_S", "aexplore", "exploration_task", "explore", "unsafe_tools"]
 
 EXPLORE_QUERY = DEFAULT_EXPLORE_GOAL
 """The exploration goal (``prompts.DEFAULT_EXPLORE_GOAL``; this name is kept for old imports)."""
@@ -41,6 +48,8 @@ _RECENT = 2
 _ID_SUFFIXES = ("id", "code", "number")
 """An argument ``<x>_<suffix>`` names a record of entity ``x`` (``booking_id``, ``airport_code``)."""
 _MAX_DEPTH = 4
+SLOW_FAILURE_S = 5.0
+"""A failing call that took this long (a timeout) keeps its tool out of the rest of the exploration."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,11 +127,16 @@ def _type_ok(value: Any, json_type: str | None) -> bool:
 class _Explorer:
     """The explorer's state: tool schemas, values seen, calls made. Drives sync and async loops."""
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]], *, seed: int) -> None:
+    def __init__(self, tools: Sequence[Mapping[str, Any]], *, seed: int, avoid: Collection[str] = ()) -> None:
         self.rng = random.Random(seed)
         self.tools: dict[str, dict[str, Any]] = {}
+        names = [schema.get("function", schema)["name"] for schema in tools]
+        if all(n in avoid for n in names):
+            avoid = ()  # nothing else to call: avoiding every tool would explore nothing
         for schema in tools:
             fn = schema.get("function", schema)
+            if fn["name"] in avoid:
+                continue
             params = fn.get("parameters") or {}
             defs = {**(params.get("definitions") or {}), **(params.get("$defs") or {})}
             self.tools[fn["name"]] = {
@@ -138,6 +152,8 @@ class _Explorer:
         self.seen: list[_Seen] = []
         self.used: list[str] = []
         self.step = 0
+        self.dropped: list[str] = []
+        """Tools whose failing call took ``SLOW_FAILURE_S`` or more, or had no parameters; left out from then on."""
 
     def _resolve(self, prop: Any, defs: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
         """``prop`` with ``$ref``s inlined and ``anyOf``/``oneOf`` narrowed to the first non-null branch."""
@@ -295,9 +311,13 @@ class _Explorer:
         self.used.append(name)
         return call
 
-    def observe(self, observations: Sequence[ToolObservation]) -> None:
+    def observe(self, observations: Sequence[ToolObservation], seconds: float = 0.0) -> None:
         for obs in observations:
             if obs.is_error:
+                tool = self.tools.get(obs.name)
+                if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
+                    self.dropped.append(obs.name)
+                    del self.tools[obs.name]
                 continue
             entity = tool_entity(obs.name)
             try:
@@ -315,7 +335,8 @@ class _Explorer:
         self.step += 1
 
 
-def _trajectory(task: Task, steps: list[Step], *, seed: int, n_breadth: int, n_depth: int) -> Trajectory:
+def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int, n_breadth: int,
+                n_depth: int) -> Trajectory:  # fmt: skip
     digest = hashlib.sha1(f"{task.id}|{seed}|{n_breadth}|{n_depth}".encode()).hexdigest()
     errors = tuple(f"step {s.index}: {o.content[:160]}" for s in steps for o in s.observations if o.is_error)
     return Trajectory(
@@ -324,15 +345,32 @@ def _trajectory(task: Task, steps: list[Step], *, seed: int, n_breadth: int, n_d
         steps=tuple(steps),
         finish_reason="max_turns",
         errors=errors,
-        metadata={"explorer": "schema", "seed": seed, "n_breadth": n_breadth, "n_depth": n_depth},
-    )
+        metadata={"explorer": "schema", "seed": seed, "n_breadth": n_breadth, "n_depth": n_depth,
+                  "dropped_tools": list(explorer.dropped)},
+    )  # fmt: skip
+
+
+def unsafe_tools(trajectory: Trajectory) -> set[str]:
+    """The tools a later exploration should not call: those it left out (``dropped_tools``: a slow failure, a
+    failure without parameters), and the last tool whose failure every later call (two or more) followed with a
+    failure: it broke the environment (an MCP server's ``crash``). A tool that fails with calls that work after it
+    is kept."""
+    out = set(trajectory.metadata.get("dropped_tools") or ())
+    failed = [any(o.is_error for o in s.observations) or not s.observations for s in trajectory.steps]
+    ok = [i for i, f in enumerate(failed) if not f]
+    start = (ok[-1] + 1) if ok else 0  # the first of the failures that run to the end
+    if len(trajectory.steps) - start >= 3:
+        out.update(c.name for c in trajectory.steps[start].action.tool_calls)
+    return out
 
 
 def _phases(n_breadth: int, n_depth: int) -> list[str]:
     return ["breadth"] * n_breadth + ["depth"] * n_depth
 
 
-def explore(env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0) -> Trajectory:
+def explore(
+    env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0, avoid: Collection[str] = ()
+) -> Trajectory:
     """Explore ``env`` from ``task``'s world with schema-driven random calls.
 
     Args:
@@ -341,33 +379,38 @@ def explore(env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 
         n_breadth: calls of the breadth phase (diverse tools).
         n_depth: calls of the depth phase (conditioned on recent observations).
         seed: random seed; the same seed gives the same trajectory.
+        avoid: tools not to call (``unsafe_tools`` of earlier explorations).
 
     Returns:
         A ``Trajectory`` with one ``Step`` per call (``node`` is ``explore_breadth`` or
         ``explore_depth``, ``policy=False``); error observations are kept and listed in ``errors``.
     """
     obs = env.reset(task)
-    explorer = _Explorer(obs.tools, seed=seed)
+    explorer = _Explorer(obs.tools, seed=seed, avoid=avoid)
     steps = []
     for i, phase in enumerate(_phases(n_breadth, n_depth)):
         call = explorer.next_call(phase)
+        started = time.perf_counter()
         result = env.step(Action(tool_calls=(call,)))
-        explorer.observe(result.observations)
+        explorer.observe(result.observations, time.perf_counter() - started)
         steps.append(_step(i, call, result.observations, phase))
-    return _trajectory(task, steps, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
+    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
 
 
-async def aexplore(env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0) -> Trajectory:
+async def aexplore(
+    env: Environment, task: Task, *, n_breadth: int = 3, n_depth: int = 17, seed: int = 0, avoid: Collection[str] = ()
+) -> Trajectory:
     """Async twin of ``explore`` (``areset`` / ``astep``), for remote environments."""
     obs = await env.areset(task)
-    explorer = _Explorer(obs.tools, seed=seed)
+    explorer = _Explorer(obs.tools, seed=seed, avoid=avoid)
     steps = []
     for i, phase in enumerate(_phases(n_breadth, n_depth)):
         call = explorer.next_call(phase)
+        started = time.perf_counter()
         result = await env.astep(Action(tool_calls=(call,)))
-        explorer.observe(result.observations)
+        explorer.observe(result.observations, time.perf_counter() - started)
         steps.append(_step(i, call, result.observations, phase))
-    return _trajectory(task, steps, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
+    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
 
 
 def _step(index: int, call: ToolCall, observations: Sequence[ToolObservation], phase: str) -> Step:

@@ -22,7 +22,7 @@ from langgraph_evolver.environment import Environment, TaskEnvironmentFactory, l
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task
 
-from .explore import exploration_task, explore
+from .explore import exploration_task, explore, unsafe_tools
 from .explore_llm import aexplore_with_model
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
 from .store import TaskStore
@@ -148,6 +148,7 @@ async def asynthesize_tasks(
     kept: list[Task] = []
     report = FilterReport()
     rounds = 0
+    avoid: set[str] = set()  # tools that timed out or broke the environment in an earlier exploration
     with tqdm(total=n, desc=f"synthesize {env_name}", disable=not progress, unit="task") as bar:
         while len(kept) < n and rounds < budget:
             world = seeds[rounds % len(seeds)] if seeds else None
@@ -156,9 +157,11 @@ async def asynthesize_tasks(
             if explorer is None:
                 env = factory(task)
                 try:
-                    trajectory = explore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed)
+                    trajectory = explore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
+                                         avoid=avoid)  # fmt: skip
                 finally:
                     env.close()
+                avoid |= unsafe_tools(trajectory)
             else:
                 trajectory = await aexplore_with_model(factory, task, explorer, n_breadth=n_breadth, n_depth=n_depth,
                                                        seed=round_seed, **(explorer_options or {}))  # fmt: skip
