@@ -510,6 +510,10 @@ class ToolsEnvironment(Environment):
     """Synthesized tasks are scored by ``env_tools.replay.replay_score`` (self-questioning records what a read
     task's answer must quote when it checks the task's feasibility)."""
 
+    def _replay_twin(self) -> ToolsEnvironment:
+        """A fresh instance to replay a reference in (a subclass whose state lives elsewhere gives its own)."""
+        return ToolsEnvironment(self._tools_factory, system_prompt=self._system_prompt)
+
     def _reference_state_score(self, task: Task) -> float:
         """Synthesized and trace tasks have no checker of their own: replay the reference in a fresh instance and
         score by ``env_tools.replay.replay_score`` (end state, and for a read task the answer and the calls)."""
@@ -517,7 +521,7 @@ class ToolsEnvironment(Environment):
 
         from .replay import replay_score
 
-        twin = ToolsEnvironment(self._tools_factory, system_prompt=self._system_prompt)
+        twin = self._replay_twin()
         try:
             twin.reset(task)
             before = state_fingerprint(twin)

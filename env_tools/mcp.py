@@ -66,12 +66,24 @@ from langgraph_evolver.loading import load_object
 from langgraph_evolver.questioning.judge import ReferenceAwareJudge
 from langgraph_evolver.types import Action, Step, StepResult, Task, ToolCall, Trajectory
 
+_READ_PREFIXES = frozenset({"list", "get", "search", "count", "show", "read", "find"})
+
 __all__ = ["McpEnvironment", "McpState", "load_mcp_tasks", "mcp_environment", "parse_mcp_spec"]
 
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["session", "shared"]
-_OPTION_KEYS = ("tasks", "timeout", "startup_timeout", "isolation", "reset_tool", "checker", "judge", "judge_base_url")
+_OPTION_KEYS = (
+    "tasks",
+    "timeout",
+    "startup_timeout",
+    "isolation",
+    "reset_tool",
+    "checker",
+    "judge",
+    "judge_base_url",
+    "snapshot_tools",
+)
 _CLOSE_WAIT_S = 10.0
 
 
@@ -354,6 +366,8 @@ class McpEnvironment(ToolsEnvironment):
             (``"openai:gpt-4.1-mini"``, ``"policy:<name>"`` with ``judge_base_url``), a LangChain chat model
             (both wrapped in ``ReferenceAwareJudge``), or an object with ``areward(task, state, trajectory)``.
         judge_base_url: the OpenAI-compatible endpoint of a ``judge`` given as a spec (needed for ``policy:``).
+        snapshot_tools: the read tools whose answers are the server's state (``state_snapshot``); a list or
+            comma-separated names; ``None``: the argument-free ``list_*`` / ``get_*`` / ... tools.
         name: the environment name tasks are labelled with.
         options: ``ToolsEnvironment``'s other keyword arguments (``system_prompt``, ``profile``).
     """
@@ -370,6 +384,7 @@ class McpEnvironment(ToolsEnvironment):
         checker: Any = None,
         judge: Any = None,
         judge_base_url: str | None = None,
+        snapshot_tools: list[str] | str | None = None,
         name: str = "mcp",
         **options: Any,
     ) -> None:
@@ -384,6 +399,9 @@ class McpEnvironment(ToolsEnvironment):
         self.startup_timeout = float(startup_timeout)
         self.isolation = isolation
         self.reset_tool = reset_tool
+        if isinstance(snapshot_tools, str):
+            snapshot_tools = [t.strip() for t in snapshot_tools.split(",") if t.strip()]
+        self.snapshot_tools = snapshot_tools
         self.name = name
         self._default_checker = load_object(checker, what="checker") if isinstance(checker, str) else checker
         self._judge, self.judge_id = _make_judge(judge, base_url=judge_base_url)
@@ -607,6 +625,36 @@ class McpEnvironment(ToolsEnvironment):
         super().close()
         if conn is not None:
             await _await(conn.close())
+
+    def _replay_twin(self) -> McpEnvironment:
+        """A fresh session (stdio: a fresh server process) of the same server, to replay a reference in."""
+        return McpEnvironment(self.connection, timeout=self.timeout, startup_timeout=self.startup_timeout,
+                              isolation=self.isolation, reset_tool=self.reset_tool,
+                              snapshot_tools=self.snapshot_tools, name=self.name)  # fmt: skip
+
+    def state_snapshot(self) -> dict[str, Any]:
+        """The server's state as its read tools show it: what each of ``snapshot_tools`` answers now.
+
+        ``state_fingerprint`` (self-questioning's filter, and the reference replay that scores synthesized
+        tasks) compares these: the server's state is not in this process. The default tools are the server's
+        visible tools that take no required argument and whose names read (``list_*``, ``get_*``,
+        ``search_*``, ``count_*``, ``show_*``, ``read_*``, ``find_*``); ``snapshot_tools`` names them instead.
+        """
+        state = self.state
+        if not isinstance(state, McpState):
+            return {}
+        tools = state.connection.tools
+        names = self.snapshot_tools if self.snapshot_tools is not None else [
+            name for name, tool in tools.items()
+            if name not in state.hidden and name.split("_", 1)[0].lower() in _READ_PREFIXES
+            and not ((tool.args_schema if isinstance(tool.args_schema, dict) else {}).get("required"))]  # fmt: skip
+        snapshot: dict[str, Any] = {}
+        for name in sorted(names):
+            try:
+                snapshot[name] = _normal(_wait(state.connection.call(name, {})))
+            except Exception as e:  # a read that fails is part of the state as seen (the server died, say)
+                snapshot[name] = f"error: {type(e).__name__}: {e}"
+        return snapshot
 
     def profile(self) -> dict[str, Any]:
         """The declared profile plus the server's operations (from a throwaway session before a reset)."""

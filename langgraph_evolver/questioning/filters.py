@@ -203,10 +203,14 @@ def _plain(value: Any) -> Any:
 
 
 def state_fingerprint(env: Environment) -> str:
-    """A comparable snapshot of an environment's state (its ``world`` or ``state``), by value.
+    """A comparable snapshot of an environment's state, by value: its ``state_snapshot()`` when it has one
+    (an environment whose state lives elsewhere, e.g. an MCP server), else its ``world`` or ``state``.
 
     Audit logs of reads (``AUDIT_FIELDS``) are left out: looking at a record does not change it.
     """
+    snapshot = getattr(env, "state_snapshot", None)
+    if callable(snapshot):
+        return json.dumps(_plain(snapshot()), sort_keys=True, default=repr)
     state = getattr(env, "world", None)
     if state is None:
         state = getattr(env, "state", None)
