@@ -345,20 +345,13 @@ def select_tasks(tasks: Sequence[Any], categories: str | None, limit: int | None
 def load_tasks(env: str, split: str, task_store: str | None) -> list[Any]:
     """The tasks to evaluate: those of ``task_store`` (every stored task, synthesized for ``env``), else the split's."""
     from langgraph_evolver.environment import load_environment
-    from langgraph_evolver.errors import ConfigError
 
     if not task_store:
         return list(load_environment(env).list_tasks(split))
-    if not Path(task_store).is_file():
-        raise ConfigError(f"--task_store {task_store} does not exist; make one with `python -m "
-                          f"langgraph_evolver.questioning --env {env!r} --out {task_store}`.")  # fmt: skip
-    from langgraph_evolver.questioning import TaskStore
+    from langgraph_evolver.questioning import stored_tasks
 
-    with TaskStore(task_store) as store:
-        tasks = store.list()
-    if not tasks:
-        raise ConfigError(f"--task_store {task_store} holds no tasks.")
-    return tasks
+    make = f"`python -m langgraph_evolver.questioning --env {env!r} --out {task_store}`"
+    return stored_tasks(task_store, label=f"--task_store {task_store}", make_hint=make)
 
 
 def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[str, Any]) -> None:

@@ -364,12 +364,13 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     train_tasks, eval_tasks = _load_tasks(cfg, (cfg.task_split, cfg.task_limit or None),
                                           (script_args.eval_split, script_args.eval_limit))  # fmt: skip
     if cfg.task_store:  # self-questioning: synthesized tasks mixed in
-        from langgraph_evolver.questioning import TaskStore
+        from langgraph_evolver.questioning import stored_tasks
 
-        with TaskStore(cfg.task_store) as store:
-            synthetic = store.list()
-        if not synthetic:
-            raise ConfigError(f"task_store={cfg.task_store} holds no tasks.")
+        synthetic = stored_tasks(
+            cfg.task_store,
+            label=f"task_store={cfg.task_store}",
+            make_hint="`python -m langgraph_evolver.questioning --env <env> --n 200 --out <path>`",
+        )
         per_epoch = len(mix_synthetic(train_tasks, synthetic, cfg.synthetic_ratio, cfg.seed))
         epochs = mixing_epochs(cfg, per_epoch, state.num_processes) if cfg.synthetic_ratio < 1.0 else 1
         train_tasks = mix_synthetic(train_tasks, synthetic, cfg.synthetic_ratio, cfg.seed, epochs=epochs)

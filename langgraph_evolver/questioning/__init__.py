@@ -38,7 +38,7 @@ from .prompts import (
     DEFAULT_SYNTHESIS_PROMPT,
     DEFAULT_SYNTHESIS_RETRY_PROMPT,
 )
-from .store import TaskStore
+from .store import TaskStore, stored_tasks
 from .synthesize import describe_calls, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer, parse_tasks
 
@@ -80,5 +80,6 @@ __all__ = [
     "parse_tasks",
     "phrasing_overlap",
     "synthesize",
+    "stored_tasks",
     "synthesize_tasks",
 ]

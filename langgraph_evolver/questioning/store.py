@@ -23,9 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task
 
-__all__ = ["TaskStore"]
+__all__ = ["TaskStore", "stored_tasks"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -169,3 +170,18 @@ class TaskStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stored_tasks(path: str | Path, *, label: str, make_hint: str) -> list[Task]:
+    """Every task of the ``TaskStore`` at ``path``; a ``ConfigError`` when there is no store or it is empty.
+
+    ``label`` names the option in the messages (``--task_store x.sqlite``, ``task_store=x.sqlite``), ``make_hint``
+    says how to make a store (the questioning command).
+    """
+    if not Path(path).is_file():
+        raise ConfigError(f"{label} does not exist; make one with {make_hint}.")
+    with TaskStore(path) as store:
+        tasks = store.list()
+    if not tasks:
+        raise ConfigError(f"{label} holds no tasks.")
+    return tasks
