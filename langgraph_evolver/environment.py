@@ -125,16 +125,20 @@ def list_environments() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _import_factory(path: str, problem: Callable[[Exception], str]) -> Any:
+    """``load_object(path)``; a failed import is a ``ConfigError`` with ``problem(error)`` as its message."""
+    try:
+        return load_object(path, what="environment")
+    except (ImportError, AttributeError, ConfigError) as e:
+        raise ConfigError(problem(e)) from e
+
+
 def _resolve_prefixed(name: str, prefix: str) -> EnvironmentFactory:
     factory = _PREFIXES[prefix]
     if isinstance(factory, str):
-        try:
-            factory = load_object(factory, what="environment")
-        except (ImportError, AttributeError, ConfigError) as e:
-            raise ConfigError(
-                f"Could not load the {prefix!r} environments ({e}). For mcp: install the MCP packages "
-                "(pip install -e '.[dev]', docs/mcp.md)."
-            ) from e
+        factory = _import_factory(factory, lambda e: (
+            f"Could not load the {prefix!r} environments ({e}). For mcp: install the MCP packages "
+            "(pip install -e '.[dev]', docs/mcp.md)."))  # fmt: skip
     return functools.partial(factory, name)
 
 
@@ -152,14 +156,10 @@ def _resolve(name: str) -> EnvironmentFactory:
             )
         target = name
     if isinstance(target, str):
-        try:
-            target = load_object(target, what="environment")
-        except (ImportError, AttributeError, ConfigError) as e:
-            raise ConfigError(
-                f"Could not import environment {name!r} ({e}). Registered names: "
-                f"{', '.join(list_environments())}; a dotted path must be 'module:attr' or "
-                "'module.attr' pointing at an Environment class or factory."
-            ) from e
+        target = _import_factory(target, lambda e: (
+            f"Could not import environment {name!r} ({e}). Registered names: {', '.join(list_environments())}; "
+            "a dotted path must be 'module:attr' or 'module.attr' pointing at an Environment class or factory."
+        ))  # fmt: skip
     if not callable(target):
         raise ConfigError(f"Environment {name!r} is a {type(target).__name__}, not an Environment class or factory.")
     return target
