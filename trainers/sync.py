@@ -15,6 +15,9 @@ stays the same, each version has its own label and directory.
 ``FullSync`` (``full_sync_transport: nccl``, GPU only): TRL's NCCL weight transfer into a
 ``trl vllm-serve`` server; the name stays the same and the version is a counter.
 
+``swap_adapter`` promotes an adapter under a stable name instead (vLLM's ``load_inplace``): the
+order of calls that leaves no request unanswered is in its docstring and docs/policy-endpoint.md.
+
 Every publisher is idempotent against a live endpoint: publishing the same step again (a retry,
 or a resumed run whose endpoint kept running) serves that step's weights and never fails
 because the endpoint already holds them. Each has ``current`` (the model name rollouts request)
@@ -42,6 +45,7 @@ __all__ = [
     "load_adapter",
     "load_weights",
     "served_models",
+    "swap_adapter",
     "unload_adapter",
 ]
 
@@ -95,14 +99,45 @@ def load_adapter(base_url: str, path: str | Path, name: str, *, api_key: str = "
         logger.info("the endpoint already holds adapter %s: reloading it from %s", name, path)
         unload_adapter(base_url, name, api_key=api_key, timeout=timeout)
         r = _post(base_url, "/v1/load_lora_adapter", payload, api_key, timeout)
+    _check_lora_api(r, base_url)
+    if r.status_code != 200:
+        raise PolicyEndpointError(f"Loading adapter {name} from {path} failed: HTTP {r.status_code} {r.text[:300]}")
+    return name
+
+
+def swap_adapter(base_url: str, name: str, path: str | Path, *, api_key: str = "EMPTY", timeout: float = 120.0) -> None:
+    """Have ``name`` serve the LoRA adapter in ``path`` from now on, replacing what it served, in one call.
+
+    Sends vLLM's in-place load (``/v1/load_lora_adapter`` with ``load_inplace: true``); it works on
+    vLLM and on our policy server, and loads ``name`` if it is not loaded yet. Our server swaps
+    atomically (each request is answered wholly by the old or wholly by the new adapter, never a
+    404) and a directory that fails to load leaves the old adapter serving.
+
+    To promote a trained adapter under a stable name without leaving a request unanswered:
+
+    1. ``load_adapter(base_url, candidate_dir, "agent-v7")``: load the candidate under its own
+       versioned name first; this proves it loads, and evaluations run against that name.
+    2. ``swap_adapter(base_url, "agent", candidate_dir)``: the stable name now serves it.
+    3. Keep the previous directory on disk: rolling back is the same call with that directory,
+       ``swap_adapter(base_url, "agent", previous_dir)``.
+
+    Raises ``ConfigError`` when the endpoint has no runtime LoRA API and ``PolicyEndpointError``
+    (with the server's message) when the load fails or the endpoint is unreachable.
+    """
+    payload = {"lora_name": name, "lora_path": str(Path(path).resolve()), "load_inplace": True}
+    r = _post(base_url, "/v1/load_lora_adapter", payload, api_key, timeout)
+    _check_lora_api(r, base_url)
+    if r.status_code != 200:
+        raise PolicyEndpointError(f"Swapping adapter {name} to {path} failed: HTTP {r.status_code} {r.text[:300]}")
+
+
+def _check_lora_api(r: httpx.Response, base_url: str) -> None:
+    """Raise ``ConfigError`` when ``r`` says the endpoint has no ``/v1/load_lora_adapter`` route at all."""
     if r.status_code == 404 and "load_lora_adapter" not in r.text and "adapter" not in r.text.lower():
         raise ConfigError(
             f"{base_url} has no runtime LoRA API. For vLLM start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 "
             "and --enable-lora --max-lora-rank R --max-loras 2; or use sync_mode=full."
         )
-    if r.status_code != 200:
-        raise PolicyEndpointError(f"Loading adapter {name} from {path} failed: HTTP {r.status_code} {r.text[:300]}")
-    return name
 
 
 def load_weights(base_url: str, path: str | Path, version: str, *, api_key: str = "EMPTY",

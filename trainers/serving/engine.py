@@ -10,6 +10,7 @@ columns that only padding still uses are trimmed, so short answers stop costing 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ logger = logging.getLogger("trainers.policy_server")
 
 _STOP_WINDOW_MARGIN = 8
 """Tokens (and characters) beyond the longest stop string that the stop check decodes."""
+
+
+def _adapter_key(name: str, load: int) -> str:
+    """The PEFT key of the ``load``-th adapter load, for public ``name``: unique per load, so a replacement can
+    load beside the adapter it replaces. Characters PEFT's keys cannot hold ("." names a submodule; "lora_" is
+    its parameter prefix) are replaced: only the public name reaches clients."""
+    return f"{re.sub(r'[^0-9A-Za-z-]+', '-', name)}@{load}"
 
 
 @dataclass(slots=True, eq=False)
@@ -117,7 +125,11 @@ class PolicyEngine:
             eos_ids.add(self.tokenizer.eos_token_id)
         self.eos_token_ids = frozenset(int(i) for i in eos_ids)
         self.adapters: dict[str, str] = {}
+        """Each loaded adapter's public name (what clients send as ``model``) -> its resolved directory."""
+        self._adapter_keys: dict[str, str] = {}
+        """Public name -> the PEFT adapter key its weights are loaded under (``_adapter_key``)."""
         self._adapter_stamps: dict[str, tuple] = {}
+        self._adapter_loads = 0
         self.base_version = "base"
         """What responses of the base model carry as ``system_fingerprint`` (set by ``update_weights``)."""
         self.created = int(time.time())
@@ -154,7 +166,12 @@ class PolicyEngine:
 
         Loading a name again with the same, unchanged directory does nothing (returns False); a
         different path or changed files replace the adapter (unless ``replace`` is False: then
-        it is an error, as in vLLM) and drop its cached prefixes.
+        it is an error, as in vLLM without ``load_inplace``) and drop its cached prefixes.
+
+        A replacement is atomic: the new weights load under a fresh PEFT key while the old ones keep
+        serving ``name``, then ``name`` is repointed to them and the old key deleted. ``name`` never
+        stops existing (a request checked by ``check_model`` on the HTTP thread meanwhile is still
+        served), and a directory that fails to load raises with the old adapter still serving.
         """
         if not name:
             raise GenerationError("lora_name must be a non-empty string.")
@@ -164,23 +181,36 @@ class PolicyEngine:
         if not (adapter_dir / "adapter_config.json").is_file():
             raise UnknownModelError(f"No adapter found for {path!r}: expected a directory with adapter_config.json.")
         stamp = directory_stamp(adapter_dir)
-        if name in self.adapters:
+        old_key = self._adapter_keys.get(name)
+        if old_key is not None:
             if self._adapter_stamps.get(name) == stamp:
                 return False
             if not replace:
-                raise GenerationError(f"The lora adapter '{name}' has already been loaded.")
-            self.unload_adapter(name)
-        self._active = None
-        load_adapter(self.model, name, path)
+                raise GenerationError(
+                    f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, "
+                    "set 'load_inplace' to True."
+                )
+        self._adapter_loads += 1
+        key = _adapter_key(name, self._adapter_loads)
+        self._active = None  # loading may change which adapter the LoRA layers run
+        load_adapter(self.model, key, path)  # on failure nothing of `key` is left and `name` is untouched
+        self._adapter_keys[name] = key  # the swap: `name` now runs the new weights
         self.adapters[name] = stamp[0]
         self._adapter_stamps[name] = stamp
+        if old_key is not None:
+            if self.prefix_cache is not None:
+                self.prefix_cache.drop(name)  # blocks computed with the old weights
+            try:
+                delete_adapter(self.model, old_key)
+            except Exception:  # the swap is done: freeing the old weights must not report it as failed
+                logger.exception("freeing the replaced weights of adapter %s (%s) failed", name, old_key)
         return True
 
     def unload_adapter(self, name: str) -> None:
         if name not in self.adapters:
             raise UnknownModelError(f"The lora adapter '{name}' cannot be found.")
         self._active = None
-        delete_adapter(self.model, name)
+        delete_adapter(self.model, self._adapter_keys.pop(name))
         del self.adapters[name]
         self._adapter_stamps.pop(name, None)
         if self.prefix_cache is not None:
@@ -204,9 +234,10 @@ class PolicyEngine:
         if name == self.served_model_name:
             activate_adapter(self.model, None)
         else:
-            if name not in self.adapters:
+            key = self._adapter_keys.get(name)
+            if key is None:
                 raise UnknownModelError(f"The model `{name}` does not exist (was its adapter unloaded?).")
-            activate_adapter(self.model, name)
+            activate_adapter(self.model, key)
         self._active = name
 
     # -- one batch ---------------------------------------------------------------------------

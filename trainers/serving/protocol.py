@@ -103,10 +103,22 @@ class ChatCompletionRequest(BaseModel):
 
 
 class LoadAdapterRequest(BaseModel):
+    """The body of ``/v1/load_lora_adapter`` (vLLM's ``LoadLoRAAdapterRequest``).
+
+    Answers as vLLM: 200 ``Success: LoRA adapter '<name>' added successfully.`` for a new name and for a
+    replaced one; ``... was already loaded from this path.`` when the name already serves that very,
+    unchanged directory (nothing is reloaded); an error body (400/404) when the directory does not load.
+    """
+
     model_config = ConfigDict(extra="ignore")
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
     load_inplace: bool = False
+    """vLLM's switch to replace an adapter already loaded under ``lora_name`` (without it vLLM answers 400
+    "already been loaded"). Accepted so that one call works on both servers, and changes nothing here: this
+    server always replaces a loaded name given another path or changed files (callers relied on that before
+    the field existed), atomically: the new weights load beside the old, then the name switches to them, so
+    no request meets a missing name and a directory that fails to load leaves the old adapter serving."""
 
 
 class UpdateWeightsRequest(BaseModel):
