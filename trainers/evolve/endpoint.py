@@ -1,0 +1,92 @@
+"""The production endpoint of an evolve loop: a stable model name over the promoted LoRA adapter.
+
+Users' agents call ``served_name`` (e.g. ``agent``) on an OpenAI-compatible endpoint. The loop talks to it
+only through the runtime LoRA API that vLLM and our CPU policy server share, in the order that leaves no
+request unanswered (``trainers.sync.swap_adapter``):
+
+1. a candidate is loaded under its own versioned name (``agent-c003``): it proves it loads, and the
+   held-out evaluation calls it there while production keeps answering under ``agent``;
+2. promotion re-loads ``agent`` from the candidate's directory in place (``load_inplace``): the CPU server
+   swaps between two batches (a failed load keeps the old adapter), vLLM replaces the adapter's weights;
+3. the previous adapter's directory stays on disk (``adapters/vNNN``), so a rollback is the same call.
+
+Without ``policy_base_url`` the loop starts the CPU policy server on the training config's model and
+keeps it up for as long as it runs (it stops with the loop: a real deployment points the loop at its
+own long-lived server).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from .config import EvolveConfig
+
+__all__ = ["ProductionEndpoint"]
+
+logger = logging.getLogger(__name__)
+
+
+class ProductionEndpoint:
+    """The endpoint that serves ``cfg.served_name``; ``start`` connects to it (or starts the local one)."""
+
+    def __init__(self, cfg: EvolveConfig, model_path: Path, output_dir: Path) -> None:
+        from trainers.serving.process import policy_api_key
+
+        self.cfg = cfg
+        self.model_path = model_path
+        self.output_dir = output_dir
+        self.name = cfg.served_name
+        self.base_url = cfg.policy_base_url or ""
+        self.api_key = policy_api_key()
+        self.server = None
+
+    @property
+    def external(self) -> bool:
+        return bool(self.cfg.policy_base_url)
+
+    def start(self) -> ProductionEndpoint:
+        from trainers.serving import PolicyServerProcess, check_endpoint
+
+        if self.external:
+            check_endpoint(self.base_url, None)
+            return self
+        self.server = PolicyServerProcess(self.model_path, log_path=self.output_dir / "production_server.log",
+                                          allowed_weight_dirs=[self.output_dir])  # fmt: skip
+        print(f"starting the production policy server on {self.model_path} …", file=sys.stderr)
+        self.server.start()
+        self.base_url = self.server.base_url
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def served(self) -> list[str]:
+        from trainers.sync import served_models
+
+        return served_models(self.base_url, api_key=self.api_key)
+
+    def serve(self, adapter: Path) -> None:
+        """Point the stable name at ``adapter`` (in place when it is served already; idempotent)."""
+        from trainers.sync import load_adapter, swap_adapter
+
+        if self.name in self.served():
+            swap_adapter(self.base_url, self.name, adapter, api_key=self.api_key)
+        else:
+            load_adapter(self.base_url, adapter, self.name, api_key=self.api_key)
+
+    def load_candidate(self, name: str, adapter: Path) -> str:
+        from trainers.sync import load_adapter
+
+        return load_adapter(self.base_url, adapter, name, api_key=self.api_key)
+
+    def unload(self, name: str) -> None:
+        from trainers.sync import unload_adapter
+
+        try:
+            unload_adapter(self.base_url, name, api_key=self.api_key)
+        except Exception as e:  # the endpoint may be gone: an unloaded candidate is only memory
+            logger.warning("could not unload %s from %s: %s", name, self.base_url, e)
