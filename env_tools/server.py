@@ -13,7 +13,10 @@ Endpoints (JSON; every error is ``{"error": {"message", "type"}}``):
 
 - ``GET /health`` (never needs the token), ``GET /tasks?split=train``, ``GET /profile``
 - ``POST /instances`` ``{"task": {...}}`` or ``{"task_id": "...", "split": "train"}``
-- ``POST /instances/{id}/step`` ``{"action": {...}}``, ``POST /instances/{id}/evaluate``
+- ``POST /instances/{id}/step`` ``{"action": {...}}``, ``POST /instances/{id}/evaluate``; with
+  ``?evaluate_if_done=true`` a step that ends the episode also answers ``"score"`` (what ``evaluate``
+  would answer then), which saves the client the request (absent when the evaluation failed: ask
+  ``evaluate`` for the error)
 - ``DELETE /instances/{id}``
 
 Limits: at most ``max_instances`` live instances (429 with ``Retry-After`` beyond), instances idle longer than
@@ -39,9 +42,9 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -75,6 +78,10 @@ _STEP_HINT = (
     'a final answer is {"action": {"content": "..."}}.'
 )
 _CREATE_HINT = 'Send {"task": <Task.to_dict()>} or {"task_id": "...", "split": "train"}.'
+_EVALUATE_IF_DONE = (
+    "When this step ends the episode, evaluate the instance too and answer its score as 'score' (left out "
+    "when the evaluation fails: POST /instances/{instance_id}/evaluate then says why)."
+)
 
 
 # -- request / response models (the HTTP boundary) -------------------------------------------
@@ -161,6 +168,7 @@ class StepResultModel(BaseModel):
     done: bool
     messages: list[dict[str, Any]] | None = None  # a multi-turn environment's next user turn
     tools: list[dict[str, Any]] | None = None  # the tools from then on, when they change
+    score: float | None = None  # with ?evaluate_if_done=true, on the step that ends the episode
 
 
 class EvaluateResponse(BaseModel):
@@ -200,6 +208,19 @@ def _guarded(what: str, fn: Callable[[], T]) -> T:
             "service is still running; create a new instance to continue.",
             "environment_error",
         ) from e
+
+
+def _valid_score(score: float) -> bool:
+    return not math.isnan(score) and 0.0 <= score <= 1.0
+
+
+def _score_or_none(env: Environment) -> float | None:
+    """``env.evaluate()`` for a step's answer, or ``None`` when it fails: ``/evaluate`` then reports why."""
+    try:
+        score = float(env.evaluate())
+    except Exception:
+        return None
+    return score if _valid_score(score) else None
 
 
 def _encode(what: str, data: dict[str, Any]) -> bytes:
@@ -463,12 +484,20 @@ def create_app(
         return await _answer("reset", create)
 
     @app.post("/instances/{instance_id}/step", response_model=StepResultModel, response_model_exclude_none=True)
-    async def step(instance_id: str, body: StepRequest) -> Response:
+    async def step(
+        instance_id: str,
+        body: StepRequest,
+        evaluate_if_done: Annotated[bool, Query(description=_EVALUATE_IF_DONE)] = False,
+    ) -> Response:
         action = Action.from_dict(body.action.model_dump())
 
         def run() -> dict[str, Any]:
             with table.use(instance_id) as inst:
                 result = _guarded(f"step on instance {instance_id!r}", lambda: inst.env.step(action).to_dict())
+                if evaluate_if_done and result.get("done"):
+                    score = _score_or_none(inst.env)
+                    if score is not None:
+                        result["score"] = score
             return {k: v for k, v in result.items() if v is not None}
 
         return await _answer("step", run)
@@ -478,7 +507,7 @@ def create_app(
         def run() -> dict[str, Any]:
             with table.use(instance_id) as inst:
                 score = _guarded(f"evaluate on instance {instance_id!r}", lambda: float(inst.env.evaluate()))
-            if math.isnan(score) or not 0.0 <= score <= 1.0:
+            if not _valid_score(score):
                 raise ServiceError(500, f"The environment returned score {score}, outside [0, 1].", "environment_error")
             return {"score": score}
 
