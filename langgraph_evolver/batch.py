@@ -91,7 +91,8 @@ async def arun_rollouts(
     """Run ``n`` rollouts of every task with ``agent`` (keywords as ``arun_rollout_items``).
 
     Returns trajectories in task order, then rollout order. Rollouts of one task share the
-    group id ``f"{group_prefix}{task.id}"``.
+    group id ``f"{group_prefix}{task.id}"`` and are its samples 0..n-1 (``rollout_index``, and
+    ``Rollout.sample`` during the run: what ``PolicyChatModel(sample_seed=...)`` seeds each sample by).
     """
     items = [(t, f"{group_prefix}{t.id}", i) for t in tasks for i in range(n)]
     return await arun_rollout_items(agent, items, **kwargs)

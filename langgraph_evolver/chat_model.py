@@ -7,6 +7,11 @@ calls (LangGraph's message streaming would otherwise switch to streaming and los
 turns tool-call arguments that decode to a non-object into ``invalid_tool_calls`` instead of
 letting ``AIMessage`` construction raise.
 
+Paired evaluation ("common random numbers"): with ``sample_seed=s`` every request sent inside a
+rollout carries ``seed=paired_seed(s, task id, sample index, turn)``, so two policies evaluated
+with the same ``s`` draw the same random numbers at sample i of task t, turn j, and the
+difference of their scores is far less noisy than that of two independent evaluations.
+
 Example:
     >>> model = PolicyChatModel(base_url="http://127.0.0.1:8000/v1", model="tiny-policy")
     >>> msg = model.bind_tools(tools).invoke(messages)          # doctest: +SKIP
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import os
 from typing import Any
@@ -29,7 +35,14 @@ from pydantic import Field, PrivateAttr, SecretStr
 
 from .types import Transition
 
-__all__ = ["POLICY_API_KEY_ENV", "POLICY_MARKER", "PolicyChatModel", "model_version", "transition_from_message"]
+__all__ = [
+    "POLICY_API_KEY_ENV",
+    "POLICY_MARKER",
+    "PolicyChatModel",
+    "model_version",
+    "paired_seed",
+    "transition_from_message",
+]
 
 POLICY_API_KEY_ENV = "EVOLVER_POLICY_API_KEY"
 """The policy endpoint's key: what the policy server requires (its ``--api-key`` default) and what
@@ -37,6 +50,20 @@ POLICY_API_KEY_ENV = "EVOLVER_POLICY_API_KEY"
 
 POLICY_MARKER = "evolver_policy"
 """Metadata key a ``PolicyChatModel`` puts on its runs: the capture trains on calls carrying it."""
+
+
+def paired_seed(seed: int, task_id: str, sample: int, turn: int) -> int:
+    """The sampling seed of request ``turn`` (0, 1, ...) of sample ``sample`` of task ``task_id``.
+
+    A stable hash (blake2b of the four parts, not Python's per-process salted ``hash``), so every
+    process and every policy derives the same seed; reduced to 0..2**31-1, the range vLLM and the
+    OpenAI API accept.
+
+        >>> paired_seed(7, "t1", 0, 0) == paired_seed(7, "t1", 0, 0) != paired_seed(7, "t1", 1, 0)
+        True
+    """
+    parts = json.dumps([int(seed), str(task_id), int(sample), int(turn)]).encode()
+    return int.from_bytes(hashlib.blake2b(parts, digest_size=8).digest(), "big") & 0x7FFFFFFF
 
 
 def _split_bad_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -66,11 +93,16 @@ class PolicyChatModel(ChatOpenAI):
     when unset; never ``$OPENAI_API_KEY``, which belongs to another endpoint). Its runs carry
     ``metadata={"evolver_policy": True}``, which is how the capture tells the policy's calls from
     other models' (pass ``metadata={"evolver_policy": False}`` for one that must not be trained).
+
+    ``sample_seed`` pairs evaluations: see ``_get_request_payload`` and ``paired_seed``.
     """
 
     _loop_clients: dict[Any, Any] = PrivateAttr(default_factory=dict)
     context_template: Any = Field(default=None, exclude=True)
     """A context template applied to every prompt before it is sent (``langgraph_evolver.context``)."""
+    sample_seed: int | None = None
+    """Seed each request sent inside a rollout with ``paired_seed(sample_seed, task id, sample, turn)``
+    (``None``: no per-request seed; outside a rollout it is ignored)."""
 
     def __init__(self, **kwargs: Any) -> None:
         extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
@@ -140,6 +172,28 @@ class PolicyChatModel(ChatOpenAI):
         if self.context_template is not None:
             messages = list(self.context_template(messages))
         return super()._generate(messages, *args, **kwargs)
+
+    def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
+        """The request, with the paired seed when ``sample_seed`` is set and a rollout is running.
+
+        The turn is the rollout's count of requests sent (``Rollout.policy_requests``), not the
+        number of AI messages in the prompt: a context template may drop or compress earlier turns,
+        a tool may call the policy on a prompt of its own, and an agent may build its prompts from
+        its own state rather than the message history, all of which would repeat a turn number.
+        A seed given per call (``bind(seed=...)``, ``invoke(..., seed=...)``) wins; the ``seed``
+        field (or ``model_kwargs["seed"]``) is replaced.
+        """
+        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        from .environment_tools import current_rollout  # it imports the capture, which imports us
+
+        rollout = current_rollout()
+        if rollout is None:
+            return payload
+        turn = rollout.policy_requests
+        rollout.policy_requests += 1  # every request counts, seeded or not: the turn is the rollout's
+        if self.sample_seed is not None and "seed" not in kwargs:
+            payload["seed"] = paired_seed(self.sample_seed, rollout.task.id, rollout.sample, turn)
+        return payload
 
     def _create_chat_result(self, response: Any, generation_info: dict | None = None) -> ChatResult:
         if isinstance(response, dict):

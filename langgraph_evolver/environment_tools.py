@@ -54,6 +54,11 @@ class Rollout:
     """Context-management steps made by ``EvolverMiddleware`` in this rollout."""
     experience: ExperienceBlock | None = None
     """The block this rollout is guided by (self-navigating: ``aguide``), injected into every policy prompt."""
+    sample: int = 0
+    """This rollout's index among its task's samples (``arun_rollouts(n=k)``: 0..k-1; a lone episode: 0)."""
+    policy_requests: int = 0
+    """Requests a ``PolicyChatModel`` has sent in this rollout so far: the turn of its paired seed
+    (``PolicyChatModel.sample_seed``)."""
 
     def tool(self, name: str) -> BaseTool | None:
         return next((t for t in self.tools if t.name == name), None)

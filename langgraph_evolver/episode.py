@@ -99,7 +99,7 @@ async def arun_episode(
             await _close(env)
         return traj
     rollout = Rollout(task=task, env=env, observation=observation, tools=[], policy=policy, recorder=recorder,
-                      context_template=context_template)  # fmt: skip
+                      context_template=context_template, sample=rollout_index)  # fmt: skip
     rollout.tools = environment_tools(None, observation.tools)
     navigation: dict[str, Any] = {}
     if guided and navigator is not None:

@@ -13,10 +13,19 @@ policy server on the committed tiny policy and stops it afterwards.
     python -m trainers.evaluate --config examples/quickstart.yaml --adapter runs/quickstart/final
     python -m trainers.evaluate --env bfcl --categories base,miss_param --k 4   # BFCL multi-turn (docs/bfcl.md)
     python -m trainers.evaluate --env "mcp:python server.py" --task_store tasks.sqlite --limit 20   # stored tasks
+    python -m trainers.evaluate --seed 1 --adapter runs/x/final   # paired with another `--seed 1` evaluation
 
 ``--task_store`` evaluates the tasks a self-questioning run stored (``python -m langgraph_evolver.questioning
 --out tasks.sqlite``; ``trainers.grpo``'s ``task_store``) instead of the split's, ``--limit`` the first N of them;
 each is scored by its environment, a synthetic one by replaying its reference solution.
+
+``--seed S`` makes evaluations paired ("common random numbers"): every request of sample i of task t at
+turn j (the rollout's j-th policy call) carries the sampling seed ``paired_seed(S, t, i, j)``
+(``PolicyChatModel.sample_seed``), so two policies, or two adapters, evaluated with the same ``S`` draw the
+same random numbers where their conversations agree, and the per-task difference of their scores
+(``task_means``, ``paired_gain``) is much less noisy than that of independent runs. The same policy
+evaluated twice with the same ``S`` repeats its samples (up to the endpoint's batch-dependent float
+rounding). The k samples of a task get different seeds. Without ``--seed`` nothing is seeded (as before).
 
 ``--config`` reads a ``trainers.grpo`` YAML file (model, endpoint, environment, eval split, turn
 and token limits); flags given on the command line win. ``--adapter`` loads a trained LoRA
@@ -208,6 +217,7 @@ async def evaluate_endpoint(
     reward: Any = None,
     env_factory: Any = None,
     reference_policy: bool = False,
+    seed: int | None = None,
 ) -> list[Trajectory]:
     """k rollouts of every task against the endpoint; returns the trajectories.
 
@@ -215,6 +225,8 @@ async def evaluate_endpoint(
     with ``EvolverMiddleware``, a dotted path); default: our reference agent. ``env_factory`` builds
     each rollout's environment (``env_tools.base.environment_factory(name)`` for the environment a
     command names); ``env_url`` uses the HTTP service instead; neither: each task's ``env`` by name.
+    ``seed`` pairs the evaluation with any other one given the same seed (``PolicyChatModel.sample_seed``:
+    sample i of task t at turn j samples with the same seed); ``None`` sends no seed.
     """
     from graphs.agent import reference_agent
     from langgraph_evolver.batch import arun_rollouts
@@ -226,7 +238,7 @@ async def evaluate_endpoint(
         policy: Any = ReferencePolicy(tasks)
     else:
         policy = PolicyChatModel(base_url=base_url, model=model, temperature=temperature, max_tokens=max_tokens,
-                                 timeout=300, max_retries=1)  # fmt: skip
+                                 timeout=300, max_retries=1, sample_seed=seed)  # fmt: skip
     spec = agent if agent is not None else reference_agent(max_turns=max_turns)
     if env_url:
         from env_tools.client import remote_environment_factory
@@ -291,6 +303,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "langgraph_evolver.questioning --out ...`) instead of the split's")  # fmt: skip
     p.add_argument("--k", type=int, default=4, help="samples per task")
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None,
+                   help="pair this evaluation with others given the same seed: sample i of task t at turn j samples "
+                   "with the same seed (common random numbers); default: unseeded")  # fmt: skip
     p.add_argument("--max_tokens", type=int, default=128)
     p.add_argument("--max_turns", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=64)
@@ -441,7 +456,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 evaluate_endpoint(tasks, base_url=base_url, model=model, k=args.k, temperature=args.temperature,
                                   max_tokens=args.max_tokens, max_turns=args.max_turns, concurrency=args.concurrency,
                                   env_url=args.env_url, callbacks=[tracer, *langsmith_callbacks(project="evaluate")],
-                                  agent=agent, env_factory=env_factory, reference_policy=args.reference_policy)
+                                  agent=agent, env_factory=env_factory, reference_policy=args.reference_policy,
+                                  seed=args.seed)
             )  # fmt: skip
     finally:
         if server is not None:
@@ -451,7 +467,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not args.quiet:
         print_report(trajectories, summary, args.k)
     figures = {"model": model, "env": args.env, "split": args.split, **({"task_store": args.task_store}
-               if args.task_store else {}), "tasks": len(tasks), "k": args.k, **summary,
+               if args.task_store else {}), "tasks": len(tasks), "k": args.k,
+               **({"seed": args.seed} if args.seed is not None else {}), **summary,
                "wall_s": round(wall, 1), "rollouts_per_s": round(len(trajectories) / wall, 2)}  # fmt: skip
     if args.reference_policy:
         figures["plumbing"] = plumbing_report(trajectories)
