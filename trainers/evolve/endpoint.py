@@ -41,6 +41,7 @@ class ProductionEndpoint:
         self.base_url = cfg.policy_base_url or ""
         self.api_key = policy_api_key()
         self.server = None
+        self._warned = False
 
     @property
     def external(self) -> bool:
@@ -75,8 +76,36 @@ class ProductionEndpoint:
 
         if self.name in self.served():
             swap_adapter(self.base_url, self.name, adapter, api_key=self.api_key)
+            self._reset_prefix_cache()
         else:
             load_adapter(self.base_url, adapter, self.name, api_key=self.api_key)
+
+    def _reset_prefix_cache(self) -> None:
+        """vLLM keys cached prompt blocks by adapter name and id, which an in-place reload keeps: without a
+        reset, requests could reuse blocks computed with the old adapter. ``/reset_prefix_cache`` exists when
+        vLLM runs with ``VLLM_SERVER_DEV_MODE=1``; our server drops the name's blocks itself (no such route)."""
+        import httpx
+
+        root = self.base_url.rstrip("/").removesuffix("/v1")
+        try:
+            r = httpx.post(f"{root}/reset_prefix_cache", headers={"Authorization": f"Bearer {self.api_key}"},
+                           timeout=30)  # fmt: skip
+        except httpx.HTTPError:
+            return
+        if r.status_code == 404 and self.external and not self._warned and not self._ours(root):
+            self._warned = True
+            logger.warning("%s has no /reset_prefix_cache: on vLLM start it with VLLM_SERVER_DEV_MODE=1 or "
+                           "--no-enable-prefix-caching, or cached prompts may use the previous adapter's blocks "
+                           "(docs/evolve.md)", root)  # fmt: skip
+
+    def _ours(self, root: str) -> bool:
+        import httpx
+
+        try:
+            cards = httpx.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {self.api_key}"}, timeout=30)
+            return cards.json()["data"][0].get("owned_by") == "langgraph-evolver"
+        except (httpx.HTTPError, ValueError, KeyError, IndexError):
+            return False
 
     def load_candidate(self, name: str, adapter: Path) -> str:
         from trainers.sync import load_adapter
