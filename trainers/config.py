@@ -334,6 +334,14 @@ class EvolverGRPOConfig(GRPOConfig):
     keep_adapter_versions: int = field(
         default=1, metadata={"help": "Adapter versions kept loaded at the endpoint (older ones are unloaded)."}
     )
+    init_adapter: str | None = field(
+        default=None,
+        metadata={"help": "A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors, e.g. an "
+                  "earlier run's output_dir/final) to start training from, instead of a fresh adapter; its r, alpha "
+                  "and target modules are used (lora_r, lora_alpha, lora_target_modules are ignored). Needs use_peft: "
+                  "true and sync_mode: lora. The endpoint serves it from the first rollout on, eval_before evaluates "
+                  "it, and with beta > 0 the KL term is taken against it."},
+    )  # fmt: skip
     # -- mechanisms (later issues) -------------------------------------------------------------
     attribution: dict | str | None = field(
         default=None,

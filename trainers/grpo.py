@@ -6,9 +6,10 @@ What it does, top to bottom:
    anything is written;
 2. starts the local CPU policy server on the model (unless ``policy_base_url`` points at one,
    e.g. vLLM) and evaluates the untrained policy on held-out tasks (avg@k / best@k);
-3. trains a LoRA adapter with ``EvolverGRPOTrainer``: each step runs ``num_generations``
-   rollouts of the agent graph per task, scores them with the environment, and after each
-   optimizer step publishes the adapter to the endpoint under a new versioned name;
+3. trains a LoRA adapter (a fresh one, or ``init_adapter``'s, served from the first rollout on) with
+   ``EvolverGRPOTrainer``: each step runs ``num_generations`` rollouts of the agent graph per task, scores
+   them with the environment, and after each optimizer step publishes the adapter to the endpoint under a
+   new versioned name;
 4. evaluates the trained adapter on the same held-out tasks and prints one JSON line.
 
 Outputs in ``output_dir``: ``metrics.jsonl``, TensorBoard logs (``runs/``), ``reward_curve.png``,
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import math
@@ -183,6 +185,96 @@ def _check_template(model_path: Path, cfg: Any) -> None:
                 str(e).replace("--allow-template-without-tools", "allow_template_without_tools: true")
             ) from e
         print(f"WARNING: {e}", file=sys.stderr)
+
+
+def _check_init_adapter(cfg: Any, model_args: Any) -> dict[str, Any] | None:
+    """``init_adapter``'s ``adapter_config.json`` (None without one); a ConfigError when it cannot be trained on."""
+    if not cfg.init_adapter:
+        return None
+    where = f"init_adapter={cfg.init_adapter}"
+    if not model_args.use_peft or cfg.sync_mode != "lora":
+        raise ConfigError(f"{where} continues training a LoRA adapter: set use_peft: true and sync_mode: lora (got "
+                          f"use_peft: {str(bool(model_args.use_peft)).lower()}, sync_mode: {cfg.sync_mode}), or drop "
+                          "init_adapter to train from the base model.")  # fmt: skip
+    path = Path(cfg.init_adapter)
+    if not (path / "adapter_config.json").is_file():
+        what = "has no adapter_config.json" if path.is_dir() else "is not a directory"
+        raise ConfigError(f"{where} {what}: pass a PEFT LoRA adapter directory (what PeftModel.save_pretrained "
+                          "writes, e.g. an earlier run's output_dir/final).")  # fmt: skip
+    if not (path / "adapter_model.safetensors").is_file():
+        found = "only adapter_model.bin" if (path / "adapter_model.bin").is_file() else "no adapter_model.safetensors"
+        raise ConfigError(f"{where} holds {found}: endpoints load safetensors adapters only; re-save it with "
+                          "PeftModel.from_pretrained(base, DIR).save_pretrained(DIR, "
+                          "safe_serialization=True).")  # fmt: skip
+    try:
+        config = json.loads((path / "adapter_config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{where}: cannot read adapter_config.json ({e}).") from None
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        kind = config.get("peft_type") if isinstance(config, dict) else None
+        raise ConfigError(f"{where} is a {kind or 'non-PEFT'} adapter: only a LoRA adapter can be trained and "
+                          "published (sync_mode: lora).")  # fmt: skip
+    ours = {
+        "r": model_args.lora_r,
+        "alpha": model_args.lora_alpha,
+        "target modules": _modules(model_args.lora_target_modules),
+    }
+    theirs = {
+        "r": config.get("r"),
+        "alpha": config.get("lora_alpha"),
+        "target modules": _modules(config.get("target_modules")),
+    }
+    if ours != theirs:
+        logger.info("%s: training the adapter's own LoRA shape (%s), not lora_r / lora_alpha / lora_target_modules "
+                    "(%s)", where, _shape(theirs), _shape(ours))  # fmt: skip
+    return config
+
+
+def _modules(value: Any) -> list[str] | None:
+    """Target modules comparable across spellings: a list in any order, or one name (or regex) as a string."""
+    return None if value is None else sorted([value] if isinstance(value, str) else set(value))
+
+
+def _shape(shape: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in shape.items())
+
+
+def _init_adapter_model(model_path: Path, cfg: Any) -> Any:
+    """The base model, loaded as ``GRPOTrainer`` loads a model path (``model_init_kwargs``, float32 unless they say
+    otherwise), wrapped by ``init_adapter`` with its weights trainable. An adapter of another base model is a
+    ConfigError: a shape mismatch, or saved LoRA tensors and the model's LoRA parameters that do not pair up (PEFT
+    only warns about those)."""
+    from peft import PeftModel
+    from safetensors import safe_open
+    from trl.trainer.utils import create_model_from_path
+
+    kwargs = dict(cfg.model_init_kwargs or {})
+    if cfg.distributed_state.distributed_type in ("MULTI_GPU", "DEEPSPEED"):  # as TRL: device_map "auto" fails there
+        kwargs["device_map"] = None
+    kwargs.setdefault("trust_remote_code", cfg.trust_remote_code)
+    base = create_model_from_path(str(model_path), **kwargs)
+    plugin = getattr(cfg, "deepspeed_plugin", None)
+    zero3 = plugin is not None and plugin.zero_stage == 3
+    where = f"init_adapter={cfg.init_adapter} does not fit model_name_or_path={model_path}"
+    try:  # ZeRO-3 needs the adapter in the base model's dtype, as in TRL's own get_peft_model call there
+        model = PeftModel.from_pretrained(base, cfg.init_adapter, is_trainable=True, autocast_adapter_dtype=not zero3)
+    except (RuntimeError, ValueError) as e:
+        lines = str(e).splitlines() or [type(e).__name__]
+        first = next((line for line in lines if "mismatch" in line), lines[0]).strip().rstrip(".")
+        raise ConfigError(f"{where} ({first}): it was trained on another base model; pass that one as "
+                          "model_name_or_path, or drop init_adapter.") from None  # fmt: skip
+    with safe_open(str(Path(cfg.init_adapter) / "adapter_model.safetensors"), "pt") as f:
+        saved = {key for key in f.keys() if "lora_" in key}
+    params = {
+        name.replace(".default", "") for name, _ in model.named_parameters() if "lora_" in name and ".default" in name
+    }
+    if saved != params:
+        odd = sorted(saved - params)[:2] or sorted(params - saved)[:2]
+        raise ConfigError(f"{where}: its LoRA tensors and the model's LoRA parameters do not pair up "
+                          f"({len(saved - params)} tensors without a parameter, {len(params - saved)} parameters "
+                          f"without a tensor, e.g. {', '.join(odd)}); it was trained on another base model: pass that "
+                          "one as model_name_or_path, or drop init_adapter.")  # fmt: skip
+    return model
 
 
 def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]:
@@ -342,13 +434,14 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     from .grpo_trainer import EvolverGRPOTrainer
     from .model_card import launch_command, write_model_card
     from .serving import PolicyServerProcess, check_endpoint
-    from .sync import DiskSync, FullSync, LoraSync
+    from .sync import DiskSync, FullSync, LoraSync, load_adapter, unload_adapter
 
     started = time.perf_counter()
     state = PartialState()
     out = Path(cfg.output_dir)
     model_path = _check_model(model_args)
     _check_template(model_path, cfg)
+    init_adapter = _check_init_adapter(cfg, model_args)
     if cfg.sync_mode == "lora" and not model_args.use_peft:
         raise ConfigError("sync_mode=lora trains a LoRA adapter and publishes it: set use_peft: true (with lora_r, "
                           "lora_alpha, lora_target_modules), or sync_mode=full (all weights, any device).")  # fmt: skip
@@ -389,6 +482,12 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                           f"{per_step} tasks x num_generations={cfg.num_generations} (generation_batch_size="
                           f"{cfg.generation_batch_size}): add tasks, or lower per_device_train_batch_size / "
                           "steps_per_generation so one step needs at most that many tasks.")  # fmt: skip
+    init_model = None
+    if init_adapter is not None:  # loaded now: an adapter of another base model stops the run before the server starts
+        init_model = _init_adapter_model(model_path, cfg)
+        model_args = copy.copy(model_args)  # the model card states the shape trained: the adapter's
+        model_args.lora_r, model_args.lora_alpha = init_adapter.get("r"), init_adapter.get("lora_alpha")
+        model_args.lora_target_modules = _modules(init_adapter.get("target_modules"))
 
     if state.is_main_process:  # the steps after the checkpoint are redone: their rows and trajectories go
         start_step = _checkpoint_step(checkpoint) if checkpoint else 0
@@ -404,7 +503,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         base_model = base_model or served[0]
     elif state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        server = PolicyServerProcess(model_path, log_path=out / "policy_server.log", allowed_weight_dirs=[out],
+        server = PolicyServerProcess(model_path, log_path=out / "policy_server.log",
+                                     allowed_weight_dirs=[out, *([cfg.init_adapter] if cfg.init_adapter else [])],
                                      threads=cfg.policy_server_threads,
                                      max_batch_size=cfg.policy_server_max_batch_size,
                                      extra_args=["--allow-template-without-tools"]
@@ -429,16 +529,25 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         k = script_args.eval_k
         if script_args.eval_before and state.is_main_process:
             print(f"evaluating the starting policy on {len(eval_tasks)} held-out tasks x {k} …", file=sys.stderr)
-            evals["before"] = _evaluate(eval_tasks, base_url=base_url, model=base_model, k=k, cfg=cfg,
-                                        out=out / "eval_before", loop=loop)  # fmt: skip
+            start = base_model
+            if cfg.init_adapter:  # the starting policy is the adapter: served under a name of its own meanwhile
+                start = load_adapter(base_url, cfg.init_adapter, f"{base_model}-init-adapter")
+            try:
+                evals["before"] = _evaluate(eval_tasks, base_url=base_url, model=start, k=k, cfg=cfg,
+                                            out=out / "eval_before", loop=loop)  # fmt: skip
+            finally:
+                if start != base_model:
+                    unload_adapter(base_url, start)
         state.wait_for_everyone()
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         stop = stop or StopHandler()
         stop.callback = StopOnRequest(lambda: stop.signum is not None)
         callbacks = [MetricsCallback(out / "metrics.jsonl"), stop.callback]
-        trainer = EvolverGRPOTrainer(str(model_path), cfg, dataset, processing_class=tokenizer,
-                                     peft_config=get_peft_config(model_args), policy_base_url=base_url,
+        # a PeftModel (init_adapter) is trained as it is, and published before the first rollout
+        trainer = EvolverGRPOTrainer(str(model_path) if init_model is None else init_model, cfg, dataset,
+                                     processing_class=tokenizer, policy_base_url=base_url,
+                                     peft_config=get_peft_config(model_args) if init_model is None else None,
                                      env_factory=_env_factory(cfg),
                                      rollout_callbacks=langsmith_callbacks(project="langgraph-evolver-train"),
                                      callbacks=callbacks, event_loop=loop)  # fmt: skip

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import gather_object, is_peft_model
 from trl import GRPOTrainer
 
 from langgraph_evolver.advantages import adca_advantages, adca_alpha, group_advantages
@@ -104,7 +104,8 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
     """GRPO on agent rollouts (see the module docstring).
 
     Args:
-        model: A model path or ``PreTrainedModel`` (the same weights the endpoint serves).
+        model: A model path or ``PreTrainedModel`` (the same weights the endpoint serves), or a ``PeftModel``
+            with ``peft_config=None`` (an adapter to train on, published before the first rollout).
         args: The training config.
         train_dataset: Rows with a ``task`` column (``Task.to_dict()`` as JSON); see
             ``trainers.grpo.task_dataset``.
@@ -133,8 +134,11 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
         callbacks: list | None = None,
         event_loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        # a PeftModel passed in (trainers.grpo's init_adapter) is not the base model the endpoint starts with
+        publish_at_start = peft_config is None and not isinstance(model, str) and is_peft_model(model)
         super().__init__(model=model, reward_funcs=[environment_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)  # fmt: skip
+        self._publish_at_start = publish_at_start
         self.policy = policy
         self.policy_base_url = policy_base_url
         self.env_factory = env_factory
@@ -214,7 +218,7 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
         step = self.state.global_step
         if self.policy is None or self._synced_step == step:
             return
-        if step == 0 and self._synced_step is None:  # the untrained adapter is the base model: nothing to send
+        if step == 0 and self._synced_step is None and not self._publish_at_start:  # a fresh adapter = the base
             self._synced_step = 0
             for version in (self.policy.current, getattr(self.policy, "version", None), "base"):
                 if version:  # what the endpoint may report for the starting weights

@@ -40,6 +40,8 @@ def render_model_card(*, cfg: Any, model_args: Any, base_model: str, step: int, 
                    f"{', '.join(model_args.lora_target_modules or []) or 'PEFT default'}) on top of the base model; "
                    f"load it with `PeftModel.from_pretrained(base, \"{cfg.output_dir}/final\")`, or serve it with "
                    "vLLM's `--enable-lora --lora-modules`")  # fmt: skip
+        if getattr(cfg, "init_adapter", None):
+            weights += f", trained on from the adapter `{cfg.init_adapter}` (not from a fresh one)"
     else:
         weights = "the full fine-tuned weights (`AutoModelForCausalLM.from_pretrained` on `final/`)"
     mechanisms = [m for m, on in (("self-attributing (ADCA step credit)", cfg.attribution_settings.enabled),
@@ -93,12 +95,13 @@ def render_model_card(*, cfg: Any, model_args: Any, base_model: str, step: int, 
         "",
     ]
     evals = evals or {}
+    start = getattr(cfg, "init_adapter", None) or base_model  # what eval_before evaluated
     if evals:
         samples = (evals.get("after") or evals.get("before") or {}).get("all", {}).get("samples")
         lines += [
             f"| policy | avg@{k} | best@{k} | success | well-formed calls |",
             "| --- | --- | --- | --- | --- |",
-            _row(f"before (`{base_model}`)", evals.get("before", {}).get("all"), k),
+            _row(f"before (`{start}`)", evals.get("before", {}).get("all"), k),
             _row("after (this model)", evals.get("after", {}).get("all"), k),
             "",
             f"{samples} samples per row; `eval_before/` and `eval_after/` hold the trajectories and per-level figures.",
