@@ -33,6 +33,7 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr
 
+from ._current import CURRENT
 from .types import Transition
 
 __all__ = [
@@ -184,9 +185,7 @@ class PolicyChatModel(ChatOpenAI):
         field (or ``model_kwargs["seed"]``) is replaced.
         """
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
-        from .environment_tools import current_rollout  # it imports the capture, which imports us
-
-        rollout = current_rollout()
+        rollout = CURRENT.get()
         if rollout is None:
             return payload
         turn = rollout.policy_requests

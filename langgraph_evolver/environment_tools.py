@@ -10,7 +10,6 @@ environment instance, so state is fresh per rollout.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, ToolException
 
+from ._current import CURRENT
 from .capture import TrajectoryRecorder
 from .context import ContextTemplate
 from .environment import Environment
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # experience.navigate reads the rollout (current_block), so o
 
 __all__ = ["EnvironmentTool", "Rollout", "current_rollout", "environment_tools"]
 
-_CURRENT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("evolver_rollout", default=None)
+_CURRENT = CURRENT
 
 
 def current_rollout() -> Rollout | None:
