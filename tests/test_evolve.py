@@ -40,6 +40,8 @@ def test_the_gate_promotes_a_clear_gain_and_nothing_else():
     assert not decide(worse, inc).promote
     assert not decide(noisy, inc).promote
     assert not decide(better, inc, min_gain=0.2).promote  # lower bound ~0.13: not above 0.2
+    cancels = decide({t: 0.1 + 0.2 for t in inc}, {t: 0.3 for t in inc})  # every difference 5.6e-17, not a gain
+    assert cancels.lower_bound > 0.0 and not cancels.promote
     one_side = decide({"t0": 1.0}, {"t1": 0.0})
     assert not one_side.promote and one_side.tasks == 0 and "scored for both" in one_side.reason
 

@@ -12,7 +12,7 @@ one-sided at ``confidence``). The candidate is promoted only when that bound is 
     >>> decision.promote, decision.paired_gain, decision.tasks
     (True, 0.25, 3)
     >>> decide({"a": 0.5}, {"a": 0.5}).reason
-    'lower bound 0.000 of the paired gain is not above min_gain 0.000'
+    'lower bound 0.0000 of the paired gain is not above min_gain 0.0000'
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["GateDecision", "bootstrap_lower_bound", "decide"]
+
+_FLOAT_NOISE = 1e-9
+"""Means of rewards that cancel exactly can sum to 1e-17 instead of 0: a bound must clear min_gain by more."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,8 +90,8 @@ def decide(candidate: Mapping[str, float], incumbent: Mapping[str, float], *, co
     gain = statistics.fmean(diffs)
     stderr = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
     low, high = bootstrap_lower_bound(diffs, confidence=confidence, resamples=resamples, seed=seed)
-    promote = low > min_gain
+    promote = low > min_gain + _FLOAT_NOISE
     relation = "above" if promote else "not above"
-    reason = f"lower bound {low:.3f} of the paired gain is {relation} min_gain {min_gain:.3f}"
+    reason = f"lower bound {low:.4f} of the paired gain is {relation} min_gain {min_gain:.4f}"
     return GateDecision(promote=promote, paired_gain=gain, lower_bound=low, upper_bound=high, stderr=stderr,
                         reason=reason, **common)  # fmt: skip
