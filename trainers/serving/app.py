@@ -32,9 +32,11 @@ Endpoints:
   ``usage.prompt_tokens_details.cached_tokens`` (prompt tokens served from the prefix cache).
 - ``GET /v1/models`` (base model and loaded adapters), ``GET /health``, ``GET /metrics``
   (Prometheus text: requests, tokens, prefill tokens computed / saved, prefix-cache hit rate).
-- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``, ``POST /v1/unload_lora_adapter``
+- ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}``, ``POST /v1/unload_lora_adapter``
   ``{"lora_name"}`` (200 plain text, as vLLM). Loading a loaded name again from the same,
-  unchanged directory is a no-op (200); another path or changed files replace the adapter.
+  unchanged directory is a no-op (200); another path or changed files replace the adapter atomically
+  (loaded aside, then the name switched between two batches; a failed load keeps the old one), with or
+  without vLLM's ``load_inplace`` (accepted so one call promotes on both servers).
 - ``POST /update_weights_from_disk`` ``{"model_path", "version"}`` (SGLang's route): serve the base
   weights of another ``save_pretrained`` directory of the same architecture; answers
   ``{"success": true, "version": ...}``, or 400 with the old weights still serving.
