@@ -179,9 +179,14 @@ def test_a_kill_between_the_gate_and_the_promotion_resumes_without_a_double_prom
     assert _answers(tiny_policy_url, "agent-killed") == _answers(tiny_policy_url, "tiny-policy")
 
 
+class Crash(BaseException):
+    """A loop dying where a failpoint says (in-process, so the fake LangSmith client stays in place)."""
+
+
 # -- one end-to-end cycle: LangSmith traces -> tasks -> GRPO from the production adapter -> gate ---
 def test_one_cycle_from_langsmith_traces_to_a_gated_candidate(tiny_policy_url, tmp_path, capsys, monkeypatch):
     import langgraph_evolver.tracing as tracing
+    import trainers.evolve.loop as loop_module
     from langgraph_evolver.ingest.sources import read_jsonl_traces
     from langgraph_evolver.tracing import JsonlTracer, langsmith, read_feedback, read_runs
     from tests._fake_langsmith import fake_langsmith
@@ -201,8 +206,21 @@ def test_one_cycle_from_langsmith_traces_to_a_gated_candidate(tiny_policy_url, t
             fake.add_feedback(record["run_id"], record["key"], record["score"])
         monkeypatch.setattr(langsmith, "_CLIENT", client_for(fake))
         monkeypatch.setattr(tracing, "langsmith_enabled", lambda: True)  # the loop's experiments; not the child's
-        code = main([*_flags(out, tiny_policy_url, traces_project="agent-prod", steps_per_cycle=2, heldout_limit=6,
-                             synthetic_ratio=1.0), "--train", json.dumps(train), "--cycles", "1"])  # fmt: skip
+        argv = [*_flags(out, tiny_policy_url, traces_project="agent-prod", steps_per_cycle=2, heldout_limit=6,
+                        synthetic_ratio=1.0), "--train", json.dumps(train), "--cycles", "1"]  # fmt: skip
+
+        def crash(phase: str) -> None:  # the loop dies as it enters the evaluation: after training
+            if phase == "evaluate":
+                raise Crash
+
+        monkeypatch.setattr(loop_module, "failpoint", crash)
+        with pytest.raises(Crash):
+            main(argv)
+        assert State(out).cycles[0]["phase"] == "evaluate"
+        monkeypatch.undo()
+        monkeypatch.setattr(langsmith, "_CLIENT", client_for(fake))
+        monkeypatch.setattr(tracing, "langsmith_enabled", lambda: True)
+        code = main(argv)  # resumes at the evaluation: no second training, no second ingest
         line = _last_json(capsys.readouterr().out)
         assert code == 0, line
         datasets = [d["name"] for d in fake.datasets.values()]
@@ -227,4 +245,6 @@ def test_one_cycle_from_langsmith_traces_to_a_gated_candidate(tiny_policy_url, t
             for x in f.read_text().splitlines()]  # fmt: skip
     assert rows and {r["task"]["query"] for r in rows} <= {t.query for t in tasks[:2]}  # trained on the traces
     assert not list((out / "cycles" / "001" / "train").glob("checkpoint-*"))  # pruned
+    metrics = [json.loads(m) for m in (out / "cycles" / "001" / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "loss" in m] == [1, 2]  # trained once, before the crash
     assert state.data["watermark"] and len(state.data["watermark"]["ids"]) >= 1
