@@ -20,7 +20,12 @@ Ends with one JSON line:
 - ``rollouts_per_s_c64_http``: the same rollouts with every environment behind the HTTP service
   (``python -m env_tools.server`` in its own process).
 - ``http_vs_inprocess_rollouts``: rollouts/s over HTTP / rollouts/s in-process, the two alternated
-  in the same run (median of the repetitions; target >= 0.5).
+  in the same run (median of the repetitions; target >= 0.5). Where the time goes (medians, CPU ms per
+  rollout): ``http_client_cpu_ms_per_rollout`` (this process: the agent graph and the client),
+  ``http_service_cpu_ms_per_rollout`` (the service's process: HTTP, the sandbox), and
+  ``inprocess_cpu_ms_per_rollout`` (the same rollouts in-process). On 2 cores shared with other work the
+  client and the service run one after the other as often as side by side, so the HTTP wall time is
+  close to the sum of the two.
 - ``env_service_concurrent_vs_sequential``: instances created per second by 128 concurrent clients
   (1,024 creates, held until all are made) / by one client creating them in sequence, against the
   same service from this process, alternated (median; target >= 1.0: concurrency must not slow
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -223,6 +229,15 @@ async def _create_rate(url: str, tasks, total: int, clients: int) -> float:
         await aclose_shared_clients()
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` (Linux; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in clock ticks
+
+
 def bench_http(n: int, repeats: int) -> dict[str, float]:
     import statistics
 
@@ -246,11 +261,17 @@ def bench_http(n: int, repeats: int) -> dict[str, float]:
         factory = remote_environment_factory(url)
         asyncio.run(_rollouts(tasks[:64], factory))
         http, local, seq, conc = [], [], [], []
+        client_cpu, service_cpu, local_cpu = [], [], []
         for _ in range(repeats):  # alternate, so drift on a shared machine hits every variant alike
+            cpu, service = time.process_time(), _cpu_s(proc.pid)
             wall, steps, reward = asyncio.run(_rollouts(tasks, factory))
+            client_cpu.append(time.process_time() - cpu)
+            service_cpu.append(_cpu_s(proc.pid) - service)
             assert reward == 1.0, f"over HTTP the scripted policy must still solve every task, got {reward}"
             http.append((wall, steps))
+            cpu = time.process_time()
             local.append(asyncio.run(_rollouts(tasks))[0])
+            local_cpu.append(time.process_time() - cpu)
             seq.append(asyncio.run(_create_rate(url, tasks, total=256, clients=1)))
             conc.append(asyncio.run(_create_rate(url, tasks, total=1024, clients=128)))
         med = statistics.median
@@ -259,6 +280,9 @@ def bench_http(n: int, repeats: int) -> dict[str, float]:
             "rollouts_per_s_c64_http": round(len(tasks) / wall, 1),
             "ms_per_step_c64_http": round(1000 * wall / steps, 3),
             "http_vs_inprocess_rollouts": round(med(lw / hw for lw, (hw, _) in zip(local, http, strict=True)), 2),
+            "http_client_cpu_ms_per_rollout": round(1000 * med(client_cpu) / len(tasks), 2),
+            "http_service_cpu_ms_per_rollout": round(1000 * med(service_cpu) / len(tasks), 2),
+            "inprocess_cpu_ms_per_rollout": round(1000 * med(local_cpu) / len(tasks), 2),
             "env_creates_per_s_seq": round(med(seq)),
             "env_creates_per_s_c128": round(med(conc)),
             "env_service_concurrent_vs_sequential": round(med(c / q for c, q in zip(conc, seq, strict=True)), 2),
