@@ -23,6 +23,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+import env_tools._transport
 import env_tools.client
 from env_tools.client import (
     RemoteEnvironment,
@@ -469,7 +470,7 @@ def test_successive_event_loops_do_not_leak_connection_pools(service, tasks):
     baseline = open_fds()
     for _ in range(5):
         asyncio.run(rollouts())
-    assert len(env_tools.client._async_clients) <= 2
+    assert len(env_tools._transport._async_clients) <= 2
     deadline = time.monotonic() + 5  # the server closes its ends of dropped connections as it notices
     while open_fds() > baseline + 8 and time.monotonic() < deadline:
         time.sleep(0.05)
