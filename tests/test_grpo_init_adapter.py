@@ -66,6 +66,7 @@ def test_training_starts_from_the_adapter_and_resumes(tmp_path, capsys, caplog):
 
     # published before the first rollout, exactly as given; step 1's rollouts sampled from it
     served = _weights(out / "served_adapters" / "tiny-policy-lora-step0")
+    assert not (out / "served_adapters" / "tiny-policy-lora-step0" / "ref").exists()  # TRL's frozen copy stays home
     assert served.keys() == init.keys() and all(torch.equal(served[k], init[k]) for k in init)
     first = [Trajectory.from_dict(d) for d in read_jsonl(out / "trajectories" / "step_00000.jsonl")]
     assert {t.steps[0].model for t in first if t.steps} == {"tiny-policy-lora-step0"}

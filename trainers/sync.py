@@ -220,7 +220,7 @@ class LoraSync:
         path = self.adapter_dir / name
         if path.exists():  # an earlier publish of this step: its files are replaced, the endpoint reloads them
             shutil.rmtree(path)
-        model.save_pretrained(str(path))
+        model.save_pretrained(str(path), **_trained_adapter_only(model))
         load_adapter(self.base_url, path, name, api_key=self.api_key, timeout=self.timeout)
         if name in self.loaded:
             self.loaded.remove(name)
@@ -258,6 +258,16 @@ class LoraSync:
             except PolicyEndpointError:
                 pass
         self.loaded.clear()
+
+
+def _trained_adapter_only(model: Any) -> dict[str, Any]:
+    """``save_pretrained`` options that save the active adapter alone: with ``beta > 0`` and an ``init_adapter``,
+    TRL keeps a frozen ``ref`` copy beside it, which the endpoint never reads (it doubled every publish)."""
+    names = list(getattr(model, "peft_config", None) or {})
+    active = getattr(model, "active_adapter", None)
+    if len(names) > 1 and isinstance(active, str) and active in names:
+        return {"selected_adapters": [active]}
+    return {}
 
 
 def _dir_name(version: str) -> str:
