@@ -65,6 +65,20 @@ def test_config_errors_name_the_key_and_the_fix(tmp_path):
         load_config(None, {"traces_jsonl": "a", "traces_project": "b"})
 
 
+def test_pruning_keeps_promoted_copies_the_last_rejected_and_the_open_cycle(tmp_path):
+    from trainers.evolve.loop import prune_cycles
+
+    cycles = [{"cycle": n, "phase": "done", "promoted": n == 2} for n in (1, 2, 3, 4)]
+    cycles.append({"cycle": 5, "phase": "train"})  # a loop killed while training it
+    for n in range(1, 6):
+        for part in ("final", "checkpoint-4", "served_adapters/x"):
+            (tmp_path / "cycles" / f"{n:03d}" / "train" / part).mkdir(parents=True)
+    prune_cycles(tmp_path, cycles, keep_candidates=1)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("cycles/*/train/*"))
+    assert left == ["cycles/004/train/final", "cycles/005/train/checkpoint-4", "cycles/005/train/final",
+                    "cycles/005/train/served_adapters"]  # fmt: skip
+
+
 def test_two_loops_on_one_directory_refuse(tmp_path, capsys):
     with loop_lock(tmp_path):
         with pytest.raises(LoopLocked, match=str(os.getpid())):

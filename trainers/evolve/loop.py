@@ -227,19 +227,24 @@ class EvolveLoop:
         return line
 
     def prune(self) -> None:
-        """Bounded disk: every cycle's checkpoints and published training adapters go; rejected candidates'
-        final adapters are kept for the last ``keep_candidates`` cycles; promoted ones live on in ``adapters/``."""
-        done = [c for c in self.state.cycles if c["phase"] == "done"]
-        rejected = [c["cycle"] for c in done if not c.get("promoted")]
-        keep = set(rejected[-self.cfg.keep_candidates :]) if self.cfg.keep_candidates else set()
-        for c in done:
-            train_dir = self.out / "cycles" / f"{c['cycle']:03d}" / "train"
-            if not train_dir.exists():
-                continue
-            for path in [*train_dir.glob("checkpoint-*"), train_dir / "served_adapters"]:
-                shutil.rmtree(path, ignore_errors=True)
-            if c["cycle"] not in keep and (c.get("promoted") or c["cycle"] in rejected):
-                shutil.rmtree(train_dir / "final", ignore_errors=True)
+        prune_cycles(self.out, self.state.cycles, keep_candidates=self.cfg.keep_candidates)
+
+
+def prune_cycles(out: Path, cycles: list[dict[str, Any]], *, keep_candidates: int) -> None:
+    """Bounded disk: every finished cycle's checkpoints and published training adapters go; rejected
+    candidates' final adapters are kept for the last ``keep_candidates`` rejected cycles; promoted ones go
+    from the cycle too (their copy lives on in ``adapters/``). An unfinished cycle is left alone."""
+    done = [c for c in cycles if c["phase"] == "done"]
+    rejected = [c["cycle"] for c in done if not c.get("promoted")]
+    keep = set(rejected[-keep_candidates:]) if keep_candidates else set()
+    for c in done:
+        train_dir = out / "cycles" / f"{c['cycle']:03d}" / "train"
+        if not train_dir.exists():
+            continue
+        for path in [*train_dir.glob("checkpoint-*"), train_dir / "served_adapters"]:
+            shutil.rmtree(path, ignore_errors=True)
+        if c["cycle"] not in keep:
+            shutil.rmtree(train_dir / "final", ignore_errors=True)
 
 
 def _candidate_name(cfg: EvolveConfig, cycle: int) -> str:
