@@ -263,16 +263,9 @@ _CONFIG_KEYS = {"model_name_or_path": "model_path", "policy_base_url": "base_url
 
 def config_defaults(path: str | Path) -> dict[str, Any]:
     """The evaluation settings of a ``trainers.grpo`` YAML config (unknown keys are ignored)."""
-    import yaml
+    from .config_files import read_yaml_mapping
 
-    from langgraph_evolver.errors import ConfigError
-
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"Cannot read config {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"Config {path} must be a YAML mapping of field: value.")
+    data = read_yaml_mapping(path, label=f"config {path}")
     out = {dest: data[key] for key, dest in _CONFIG_KEYS.items() if data.get(key) is not None}
     if data.get("output_dir"):
         out["output_dir"] = str(Path(data["output_dir"]) / "evaluate")

@@ -699,21 +699,16 @@ def check_config_keys(argv: list[str]) -> None:
     import dataclasses
     import difflib
 
-    import yaml
     from trl import ModelConfig
 
     from .config import EvolverGRPOConfig
+    from .config_files import read_yaml_mapping
 
     path = next((a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
                  for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)  # fmt: skip
     if not path:
         return
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"Cannot read --config {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path} must be a YAML mapping of field: value.")
+    data = read_yaml_mapping(path, label=f"--config {path}")
     if "env" in data and not isinstance(data["env"], dict):
         raise ConfigError(f"{path}: `env:` is TRL's key for environment variables (a mapping); the environment "
                           f"to train on is `env_id:` (env_id: {data['env']}).")  # fmt: skip

@@ -124,16 +124,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
 
     An unknown key is a ``ConfigError`` naming the nearest valid one.
     """
-    import yaml
+    from trainers.config_files import read_yaml_mapping
 
-    data: dict[str, Any] = {}
-    if path:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"Cannot read the evolve config {path}: {e}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"The evolve config {path} must be a YAML mapping of key: value.")
+    data = read_yaml_mapping(path, label=f"the evolve config {path}") if path else {}
     names = [f.name for f in fields(EvolveConfig)]
     for key in data:
         if key not in names:

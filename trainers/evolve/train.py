@@ -29,14 +29,9 @@ _PR_SET_PDEATHSIG = 1
 
 def read_train_config(cfg: EvolveConfig) -> dict[str, Any]:
     """``train_config``'s keys with ``train`` over them (what every cycle trains with, before its own keys)."""
-    import yaml
+    from trainers.config_files import read_yaml_mapping
 
-    try:
-        data = yaml.safe_load(Path(cfg.train_config).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"train_config {cfg.train_config} cannot be read: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"train_config {cfg.train_config} must be a trainers.grpo YAML mapping.")
+    data = read_yaml_mapping(cfg.train_config, label=f"train_config {cfg.train_config}")
     data.update(cfg.train)
     if not data.get("model_name_or_path"):
         raise ConfigError(f"train_config {cfg.train_config} names no model_name_or_path.")
