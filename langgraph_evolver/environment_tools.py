@@ -30,12 +30,10 @@ if TYPE_CHECKING:  # experience.navigate reads the rollout (current_block), so o
 
 __all__ = ["EnvironmentTool", "Rollout", "current_rollout", "environment_tools"]
 
-_CURRENT = CURRENT
-
 
 def current_rollout() -> Rollout | None:
     """The rollout running in this context (inside ``arun_episode``), else ``None``."""
-    return _CURRENT.get()
+    return CURRENT.get()
 
 
 @dataclass(slots=True)

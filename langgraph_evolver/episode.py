@@ -35,11 +35,12 @@ from typing import Any
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.language_models import BaseChatModel
 
+from ._current import CURRENT
 from .agent_spec import AgentSpec
 from .capture import TrajectoryRecorder, TurnLimitReached
 from .context import ContextTemplate
 from .environment import Environment, TaskEnvironmentFactory, load_environment
-from .environment_tools import _CURRENT, Rollout, environment_tools
+from .environment_tools import Rollout, environment_tools
 from .experience.navigate import ExperienceBlock, aguide, guided_template
 from .tracing import trace_metadata
 from .types import Action, Task, Trajectory
@@ -120,7 +121,7 @@ async def arun_episode(
         # a graph compiled with a checkpointer needs a thread: each rollout its own (ignored without one)
         "configurable": {"thread_id": trajectory_id},
     }
-    token = _CURRENT.set(rollout)
+    token = CURRENT.set(rollout)
     answered = False
     try:
         model = _templated(policy, context_template, agent, rollout.experience)
@@ -149,7 +150,7 @@ async def arun_episode(
         else:
             errors.append(f"rollout crashed: {_finish_hint(e)}")
     finally:
-        _CURRENT.reset(token)
+        CURRENT.reset(token)
     try:
         if not answered and finish is None and not errors:
             # the graph stopped without answering: on a tool call that did not parse (never handed to the checker
