@@ -287,3 +287,19 @@ def test_recorded_run_trees_served_by_langsmith_ingest_like_the_local_store(sand
     same = ("traces_read", "runs_read", "trajectories", "with_reward", "tasks", "tasks_trainable", "experiences",
             "labelled_steps", "labels_good")  # fmt: skip
     assert {k: served[k] for k in same} == {k: local[k] for k in same}
+
+
+def test_trace_times_without_a_zone_are_utc_and_compare_with_zoned_ones():
+    """LangSmith's SDK hands out naive UTC start times, our tracer and the CLI's --start zoned ones."""
+    from datetime import UTC, datetime
+
+    from langgraph_evolver.ingest.sources import RecordedTrace, TraceFilter
+
+    naive = {"start_time": "2026-11-01T12:00:00"}
+    zoned = {"start_time": "2026-11-01T12:00:00+00:00"}
+    noon = datetime(2026, 11, 1, 12, tzinfo=UTC)
+    assert RecordedTrace(root=naive).start_time == RecordedTrace(root=zoned).start_time == noon
+    assert RecordedTrace(root={}).start_time is None
+    for root in (naive, zoned):
+        assert TraceFilter(start=noon).matches(root, []) and not TraceFilter(end=noon).matches(root, [])
+        assert not TraceFilter(start=datetime(2026, 11, 1, 13)).matches(root, [])  # a naive bound: UTC too

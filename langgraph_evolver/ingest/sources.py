@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +76,10 @@ class TraceFilter:
         return parts[0] if len(parts) == 1 else f"and({', '.join(parts)})"
 
     def matches(self, root: Mapping[str, Any], feedback: Sequence[Mapping[str, Any]]) -> bool:
-        start = _time(root.get("start_time"))
-        if self.start is not None and (start is None or start < self.start):
+        start, lowest, end = _time(root.get("start_time")), _time(self.start), _time(self.end)
+        if lowest is not None and (start is None or start < lowest):
             return False
-        if self.end is not None and (start is None or start >= self.end):
+        if end is not None and (start is None or start >= end):
             return False
         if any(t not in (root.get("tags") or []) for t in self.tags):
             return False
@@ -90,12 +90,14 @@ class TraceFilter:
 
 
 def _time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    try:
-        return datetime.fromisoformat(str(value))
-    except (TypeError, ValueError):
-        return None
+    """``value`` (a datetime or ISO 8601 text) as a datetime with a zone, UTC when it has none (LangSmith's
+    SDK hands out naive UTC times; our tracer writes aware ones): naive and aware times do not compare."""
+    if not isinstance(value, datetime):
+        try:
+            value = datetime.fromisoformat(str(value))
+        except (TypeError, ValueError):
+            return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 @dataclass(slots=True)
@@ -106,6 +108,11 @@ class RecordedTrace:
     feedback: list[dict[str, Any]] = field(default_factory=list)
     runs: int = 0
     """How many runs the trace holds."""
+
+    @property
+    def start_time(self) -> datetime | None:
+        """When the root run started (with a zone: UTC when the record has none); None when it does not say."""
+        return _time(self.root.get("start_time"))
 
 
 def _local_feedback(root: Mapping[str, Any], by_run: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ trace that starts at the same instant as the last one read is not lost nor read 
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
 from pathlib import Path
@@ -46,17 +47,6 @@ def _read_traces(cfg: EvolveConfig, start: datetime | None) -> list[Any]:
     return [t for f in trace_files(cfg.traces_jsonl or "") for t in read_jsonl_traces(f, selection)]
 
 
-def _start_time(trace: Any) -> datetime | None:
-    from langgraph_evolver.ingest.sources import _time
-
-    value = _time(trace.root.get("start_time"))
-    if value is not None and value.tzinfo is None:
-        from datetime import UTC
-
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
 def ingest_new_traces(cfg: EvolveConfig, env: str, store_path: Path, watermark: dict[str, Any] | None,
                       out: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:  # fmt: skip
     """Ingest the traces newer than ``watermark`` into the store; returns (figures, the new watermark)."""
@@ -71,13 +61,11 @@ def ingest_new_traces(cfg: EvolveConfig, env: str, store_path: Path, watermark: 
     result = ingest_traces(traces, env=env, extractor=None, judge=None)
     paths = write_ingest(result, out, task_store=store_path)
     summary = result.summary()
-    import json
-
     added = json.loads(Path(paths["summary"]).read_text()).get("task_store_added", 0)
     figures.update({"traces_read": summary["traces_read"], "tasks_from_traces": summary["tasks"],
                     "tasks_trainable": summary["tasks_trainable"], "tasks_ingested": added,
                     "skipped": summary["skipped"]})  # fmt: skip
-    times = [(s, str(t.root.get("id"))) for t in traces if (s := _start_time(t)) is not None]
+    times = [(s, str(t.root.get("id"))) for t in traces if (s := t.start_time) is not None]
     if not times:
         return figures, watermark
     newest = max(s for s, _ in times)
