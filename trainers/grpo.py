@@ -303,20 +303,26 @@ def _env_factory(cfg: Any) -> Any:
     return environment_factory(cfg.env_id, **(cfg.env_args or {}))
 
 
+def evaluation_rollouts(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any,
+                        seed: int | None = None) -> Any:  # fmt: skip
+    """The coroutine of ``k`` rollouts of every task against ``model``, run as training runs them: the config's
+    agent, environment, temperature and turn / token limits (``seed``: paired, see ``trainers.evaluate``)."""
+    from .evaluate import evaluate_endpoint
+
+    return evaluate_endpoint(tasks, base_url=base_url, model=model, k=k, temperature=cfg.temperature,
+                             max_tokens=cfg.max_completion_length, max_turns=cfg.max_turns,
+                             concurrency=cfg.rollout_concurrency, env_factory=_env_factory(cfg), progress=True,
+                             agent=cfg.agent_for_rollouts(), seed=seed)  # fmt: skip
+
+
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path,
               loop: asyncio.AbstractEventLoop) -> dict[str, Any]:  # fmt: skip
     from langgraph_evolver.errors import PolicyEndpointError
 
-    from .evaluate import evaluate_endpoint, summarize, task_means, too_many_failures, write_evaluation
+    from .evaluate import summarize, task_means, too_many_failures, write_evaluation
 
     started = time.perf_counter()
-    trajectories = loop.run_until_complete(evaluate_endpoint(tasks, base_url=base_url, model=model, k=k,
-                                                         temperature=cfg.temperature,
-                                                         max_tokens=cfg.max_completion_length,
-                                                         max_turns=cfg.max_turns,
-                                                         concurrency=cfg.rollout_concurrency,
-                                                         env_factory=_env_factory(cfg), progress=True,
-                                                         agent=cfg.agent_for_rollouts()))  # fmt: skip
+    trajectories = loop.run_until_complete(evaluation_rollouts(tasks, base_url=base_url, model=model, k=k, cfg=cfg))
     summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1),
                "task_avg": {tid: round(v, 4) for tid, v in task_means(trajectories).items()}}  # fmt: skip

@@ -65,20 +65,12 @@ class ProductionEndpoint:
             self.server.stop()
             self.server = None
 
-    def served(self) -> list[str]:
-        from trainers.sync import served_models
-
-        return served_models(self.base_url, api_key=self.api_key)
-
     def serve(self, adapter: Path) -> None:
         """Point the stable name at ``adapter`` (in place when it is served already; idempotent)."""
-        from trainers.sync import load_adapter, swap_adapter
+        from trainers.sync import swap_adapter
 
-        if self.name in self.served():
-            swap_adapter(self.base_url, self.name, adapter, api_key=self.api_key)
-            self._reset_prefix_cache()
-        else:
-            load_adapter(self.base_url, adapter, self.name, api_key=self.api_key)
+        swap_adapter(self.base_url, self.name, adapter, api_key=self.api_key)  # loads the name when it is new
+        self._reset_prefix_cache()
 
     def _reset_prefix_cache(self) -> None:
         """vLLM keys cached prompt blocks by adapter name and id, which an in-place reload keeps: without a

@@ -1,7 +1,7 @@
 """Phase (c) of a cycle: one held-out evaluation of a served model, with the loop's paired seeds.
 
-The agent, environment, turn and token limits are the training config's (``trainers.grpo``'s own
-evaluation settings), so a drop-in agent is evaluated as it is trained. An evaluation already on disk
+The agent, environment, turn and token limits are the training config's (``trainers.grpo.evaluation_rollouts``,
+what its own evaluations run), so a drop-in agent is evaluated as it is trained. An evaluation already on disk
 for the same model, tasks, k and seed (a loop killed after it) is read back instead of run again.
 """
 
@@ -30,8 +30,8 @@ def grpo_config(train: dict[str, Any], output_dir: Path) -> Any:
 def evaluate_model(loop: Any, tasks: list[Any], model: str, out: Path, *, tag: str) -> dict[str, Any]:
     """k seeded rollouts of every task against ``model`` on the loop's endpoint; ``{"figures", "trajectories"}``."""
     from langgraph_evolver.types import Trajectory, read_jsonl
-    from trainers.evaluate import evaluate_endpoint, summarize, write_evaluation
-    from trainers.grpo import _env_factory
+    from trainers.evaluate import summarize, write_evaluation
+    from trainers.grpo import evaluation_rollouts
 
     cfg = loop.cfg
     ident = {"model_tag": tag, "tasks": len(tasks), "k": cfg.heldout_k, "seed": cfg.heldout_seed}
@@ -42,15 +42,17 @@ def evaluate_model(loop: Any, tasks: list[Any], model: str, out: Path, *, tag: s
         figures = json.loads(summary_path.read_text())
         if all(figures.get(k) == v for k, v in ident.items()):
             return {"figures": figures, "trajectories": list(read_jsonl(out / "trajectories.jsonl", Trajectory))}
-    gcfg = grpo_config(loop.train, out)
     started = time.perf_counter()
     trajectories = asyncio.run(
-        evaluate_endpoint(tasks, base_url=loop.endpoint.base_url, model=model, k=cfg.heldout_k,
-                          temperature=gcfg.temperature, max_tokens=gcfg.max_completion_length,
-                          max_turns=gcfg.max_turns, concurrency=gcfg.rollout_concurrency,
-                          env_factory=_env_factory(gcfg), agent=gcfg.agent_for_rollouts(), progress=True,
-                          seed=cfg.heldout_seed)
-    )  # fmt: skip
+        evaluation_rollouts(
+            tasks,
+            base_url=loop.endpoint.base_url,
+            model=model,
+            k=cfg.heldout_k,
+            cfg=loop.rollout_cfg,
+            seed=cfg.heldout_seed,
+        )
+    )
     summary = summarize(trajectories, cfg.heldout_k)
     figures = {**ident, "model": model, f"avg@{cfg.heldout_k}": summary["all"][f"avg@{cfg.heldout_k}"],
                **summary, "wall_s": round(time.perf_counter() - started, 1)}  # fmt: skip

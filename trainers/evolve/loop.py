@@ -33,14 +33,17 @@ class EvolveLoop:
     def __init__(self, cfg: EvolveConfig) -> None:
         from trainers.models import resolve_model
 
+        from .evaluation import grpo_config
         from .train import read_train_config
 
         self.cfg = cfg
         self.out = Path(cfg.output_dir).resolve()
         self.state = State(self.out)
         self.train = read_train_config(cfg)
+        self.rollout_cfg = grpo_config(self.train, self.out)
+        """The training keys as a ``trainers.grpo`` config: what evaluation rollouts and held-out tasks follow."""
         self.model_path = Path(resolve_model(str(self.train["model_name_or_path"])))
-        self.env = str(self.train.get("env_id") or "sandbox")
+        self.env = self.rollout_cfg.env_id
         self.endpoint = ProductionEndpoint(cfg, self.model_path, self.out)
         self._heldout: list[Any] | None = None
 
@@ -143,7 +146,6 @@ class EvolveLoop:
         except EvolverError as e:  # training or evaluation failed: the incumbent stays, the loop goes on
             record.update(promoted=False, error=str(e).splitlines()[0][:500], reason=f"cycle failed: {e}"[:500])
             self._advance(record, "done")
-            self.endpoint.unload(_candidate_name(self.cfg, n))
         return self._finish(record, cycle_dir)
 
     def _advance(self, record: dict[str, Any], phase: str) -> None:
@@ -153,10 +155,9 @@ class EvolveLoop:
     # -- (c) and (d) ----------------------------------------------------------------------------
     def heldout_tasks(self) -> list[Any]:
         if self._heldout is None:
-            from langgraph_evolver.environment import load_environment
+            from trainers.grpo import _load_tasks
 
-            tasks = list(load_environment(self.env).list_tasks(self.cfg.heldout_split))
-            self._heldout = tasks[: self.cfg.heldout_limit] if self.cfg.heldout_limit else tasks
+            self._heldout = _load_tasks(self.rollout_cfg, (self.cfg.heldout_split, self.cfg.heldout_limit or None))[0]
             if not self._heldout:
                 from langgraph_evolver.errors import ConfigError
 
@@ -164,7 +165,7 @@ class EvolveLoop:
         return self._heldout
 
     def _evaluate(self, record: dict[str, Any], cycle_dir: Path, label: str) -> None:
-        from trainers.evaluate import task_means
+        from trainers.evaluate import task_means, too_many_failures
 
         from .evaluation import evaluate_model
 
@@ -179,15 +180,14 @@ class EvolveLoop:
             tag = f"{who}:{record['incumbent'] if who == 'incumbent' else name}"
             results[who] = evaluate_model(self, tasks, model, cycle_dir / f"eval_{who}", tag=tag)
         record["evaluation"] = {who: r["figures"] for who, r in results.items()}
-        failed = [who for who, r in results.items() if r["figures"]["failed_share"] > self.cfg.max_failed_share]
+        share = self.cfg.max_failed_share
+        failed = [reason for who, r in results.items()
+                  if (reason := too_many_failures(r["figures"], share, f"the {who}'s evaluation"))]  # fmt: skip
         cand, inc = (task_means(results[who]["trajectories"]) for who in ("candidate", "incumbent"))
         gate = decide(cand, inc, confidence=self.cfg.confidence, min_gain=self.cfg.min_gain,
                       resamples=self.cfg.bootstrap_resamples, seed=record["cycle"]).to_dict()  # fmt: skip
-        if failed:
-            share = ", ".join(f"{w} {results[w]['figures']['failed_share']:.0%}" for w in failed)
-            gate.update(promote=False, reason=f"evaluation failed outside the policy ({share} of rollouts > "
-                        f"max_failed_share {self.cfg.max_failed_share}); first error: "
-                        f"{results[failed[0]]['figures']['first_failure']}")  # fmt: skip
+        if failed:  # a verdict on the endpoint or the environment, not on the candidate: never promoted
+            gate.update(promote=False, reason="; ".join(failed))
         record["gate"] = gate
         record["promoted"], record["reason"] = False, gate["reason"]
         from langgraph_evolver.tracing import langsmith_enabled
@@ -208,15 +208,13 @@ class EvolveLoop:
             self.state.set_production(entry, action="promote", cycle=record["cycle"])
         record["promoted"] = True
         self._advance(record, "done")
-        self.endpoint.unload(_candidate_name(self.cfg, record["cycle"]))
 
     # -- records --------------------------------------------------------------------------------
     def _finish(self, record: dict[str, Any], cycle_dir: Path) -> dict[str, Any]:
         from .records import cycle_line, plot_lineage
 
         record.setdefault("finished", time.time())
-        if not record.get("promoted"):
-            self.endpoint.unload(_candidate_name(self.cfg, record["cycle"]))
+        self.endpoint.unload(_candidate_name(self.cfg, record["cycle"]))  # promoted or not, the stable name serves
         line = cycle_line(record, self.state.production)
         cycle_dir.mkdir(parents=True, exist_ok=True)
         (cycle_dir / "record.json").write_text(json.dumps(record, indent=2))
