@@ -188,6 +188,7 @@ class EvolveLoop:
                       resamples=self.cfg.bootstrap_resamples, seed=record["cycle"]).to_dict()  # fmt: skip
         if failed:  # a verdict on the endpoint or the environment, not on the candidate: never promoted
             gate.update(promote=False, reason="; ".join(failed))
+            record["error"] = gate["reason"]  # the cycle could not judge its candidate: the run exits 1
         record["gate"] = gate
         record["promoted"], record["reason"] = False, gate["reason"]
         from langgraph_evolver.tracing import langsmith_enabled
