@@ -249,7 +249,8 @@ class EvolveLoop:
                                     split=self.cfg.test_split, seed=self.cfg.test_seed)
                 for who, v, model in sides}  # fmt: skip
         test = {"split": self.cfg.test_split, "seed": self.cfg.test_seed, "tasks": len(tasks),
-                **{f"{who}_avg": r["figures"][f"avg@{k}"] for who, r in runs.items()}}  # fmt: skip
+                **{f"{who}_avg": r["figures"][f"avg@{k}"] for who, r in runs.items()},
+                **{f"{who}_failed_share": r["figures"].get("failed_share") for who, r in runs.items()}}  # fmt: skip
         if "candidate" in runs:  # the promoted candidate's gain on test: paired (same tasks, same test seeds)
             pairing = pair_samples(*(sample_rewards(runs[who]["trajectories"]) for who in ("candidate", "incumbent")))
             diffs = [pairing.candidate[t] - pairing.incumbent[t] for t in pairing.candidate]
