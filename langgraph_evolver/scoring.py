@@ -6,7 +6,8 @@ and a malformed call are.
 
 - ``failure_kind``: a rollout that ended in an error failed because of the policy (its outputs
   outgrew the context window, a runaway episode: scored) or of the infrastructure (endpoint,
-  environment, capture: left out, never scored as the policy's fault).
+  environment, capture, a scoring crash even after the turn limit: left out, never scored as the
+  policy's fault).
 - ``shaped_reward``: the outcome reward minus ``malformed_call_penalty`` per malformed call of the
   policy; ``None`` for a rollout that must not get an advantage.
 - ``transition_advantages``: a rollout's per-step advantages (GRPO's one value, ADCA's one per
@@ -61,10 +62,12 @@ def failure_kind(trajectory: Trajectory) -> Literal["policy", "infrastructure"] 
 
     A rollout counts as a policy failure only when every error line is one of
     ``POLICY_FAILURE_MARKERS``; any other error (or an unknown one) is infrastructure, so an
-    outage is never scored as the policy's fault.
+    outage is never scored as the policy's fault. A rollout that ended otherwise (its turn limit, a
+    malformed call) but has an error and no reward is one whose scoring crashed: infrastructure too,
+    so the evaluation and the trainer both leave it out (one rule, whatever ended the rollout).
     """
     if trajectory.finish_reason != "error":
-        return None
+        return "infrastructure" if trajectory.reward is None and trajectory.errors else None
     lines = [e.lower() for e in trajectory.errors]
     if lines and all(any(m in line for m in POLICY_FAILURE_MARKERS) for line in lines):
         return "policy"

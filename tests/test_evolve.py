@@ -43,7 +43,69 @@ def test_the_gate_promotes_a_clear_gain_and_nothing_else():
     cancels = decide({t: 0.1 + 0.2 for t in inc}, {t: 0.3 for t in inc})  # every difference 5.6e-17, not a gain
     assert cancels.lower_bound > 0.0 and not cancels.promote
     one_side = decide({"t0": 1.0}, {"t1": 0.0})
-    assert not one_side.promote and one_side.tasks == 0 and "scored for both" in one_side.reason
+    assert not one_side.promote and one_side.tasks == 0 and "were paired (need 1)" in one_side.reason
+
+
+def _rollout(task: int, sample: int, reward: float | None, crash: str | None = None) -> Any:
+    from langgraph_evolver.types import Task, Trajectory
+
+    return Trajectory(id=f"t{task:02d}/{sample}", task=Task(id=f"t{task:02d}", env="sandbox", query="q"),
+                      reward=reward, rollout_index=sample, finish_reason="error" if crash else "final_answer",
+                      errors=(crash,) if crash else ())  # fmt: skip
+
+
+def _incumbent_reward(task: int, sample: int) -> float:
+    return 0.0 if (7 * task + sample) % 5 == 0 else 1.0  # ~0.8, as the tiny policy on the sandbox
+
+
+def test_a_candidate_that_crashes_on_the_tasks_it_would_lose_is_not_promoted():
+    """Issue 38 (5a): 7 of 40 tasks crashed on the candidate's side only (its bad arguments made the tool raise),
+    a slightly better candidate on the 33 others. Dropping those tasks for both sides promoted it; paired per
+    (task, sample), the crashed samples count against the candidate and it is kept out."""
+    from trainers.evaluate import summarize, task_means, too_many_failures
+    from trainers.evolve.gate import decide_paired, sample_rewards
+
+    crash = "rollout crashed: ToolException: book_flight() got an unexpected keyword argument 'flight'"
+    incumbent = [_rollout(t, i, _incumbent_reward(t, i)) for t in range(40) for i in range(4)]
+    candidate = []
+    for t in range(40):
+        for i in range(4):
+            if t >= 33:
+                candidate.append(_rollout(t, i, None, crash))
+            else:  # the incumbent's answers, one sample better on 3 tasks
+                better = t in (1, 11, 21) and _incumbent_reward(t, i) == 0.0
+                candidate.append(_rollout(t, i, 1.0 if better else _incumbent_reward(t, i)))
+    figures = summarize(candidate, 4)
+    assert figures["failed"] == 28 and too_many_failures(figures, 0.2, "the candidate's evaluation") is None
+    fooled = decide(task_means(candidate), task_means(incumbent))  # the rule of 46694d8: tasks left out for both
+    assert fooled.promote and fooled.tasks == 33 and fooled.paired_gain > 0, fooled
+
+    gate = decide_paired(sample_rewards(candidate), sample_rewards(incumbent), min_tasks=40)
+    assert not gate.promote and gate.tasks == 40 and gate.counted_against == 28 and gate.dropped == 0, gate
+    assert gate.paired_gain < -0.1 and gate.candidate_mean < gate.incumbent_mean, gate
+    assert "not above min_gain" in gate.reason
+
+
+def test_the_gate_needs_its_configured_tasks_and_credits_no_outage_of_the_incumbent():
+    from trainers.evolve.gate import decide_paired, sample_rewards
+
+    outage = "rollout crashed: APIConnectionError: Connection error."
+    incumbent = [_rollout(t, i, None if t == 0 else _incumbent_reward(t, i), outage if t == 0 else None)
+                 for t in range(40) for i in range(4)]  # fmt: skip
+    incumbent[5] = _rollout(1, 1, None, outage)  # one sample of task 1 too
+    candidate = [_rollout(t, i, 1.0) for t in range(40) for i in range(4)]
+    cand, inc = sample_rewards(candidate), sample_rewards(incumbent)
+    short = decide_paired(cand, inc, min_tasks=40)  # task 0 has no pair left: 39 tasks
+    assert not short.promote and short.tasks == 39 and short.dropped == 5 and short.counted_against == 0, short
+    assert short.reason == "only 39 held-out tasks were paired (need 40)"
+    enough = decide_paired(cand, inc, min_tasks=39)
+    assert enough.promote and enough.pairs == 155, enough
+    # the incumbent's failed samples are dropped, not scored 0 for it: task 1's gain is over its 3 kept pairs
+    kept = [_incumbent_reward(1, i) for i in (0, 2, 3)]
+    assert enough.to_dict()["min_tasks"] == 39
+    assert decide_paired({("t01", 1): 1.0}, {("t01", 1): None}).tasks == 0
+    assert decide_paired({("t01", i): 1.0 for i in (0, 2, 3)}, {("t01", i): r for i, r in zip((0, 2, 3), kept,
+                         strict=True)}).paired_gain == pytest.approx(1.0 - sum(kept) / 3)  # fmt: skip
 
 
 def test_the_bootstrap_bound_tightens_with_confidence_and_is_seeded():
@@ -63,6 +125,44 @@ def test_config_errors_name_the_key_and_the_fix(tmp_path):
         load_config(None, {"confidence": 1.5})
     with pytest.raises(ValueError, match="not both"):
         load_config(None, {"traces_jsonl": "a", "traces_project": "b"})
+
+
+def test_the_gate_decides_on_validation_and_the_test_figure_has_its_own_seeds(tmp_path):
+    """Issue 38 (5b): gating every cycle on test with fixed seeds promoted 9.5% of zero-gain candidates at a mean
+    recorded gain of +0.032. The default held-out split is validation; a config naming test still loads, warned."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither the defaults nor the example warn
+        default, example = load_config(None), load_config(ROOT / "examples" / "evolve.yaml")
+    assert default.heldout_split == example.heldout_split == "validation"
+    assert default.test_split == example.test_split == "test"
+    assert default.test_seed == default.heldout_seed + 1 and example.test_seed != example.heldout_seed
+    old = tmp_path / "old.yaml"
+    old.write_text("heldout_split: test\nheldout_seed: 7\n")
+    with pytest.warns(UserWarning, match="biased upward"):
+        kept = load_config(old)
+    assert kept.heldout_split == "test" and kept.test_seed == 8
+    with pytest.raises(ValueError, match="test_seed must differ from heldout_seed"):
+        load_config(None, {"heldout_seed": 5, "test_seed": 5})
+    with pytest.raises(ValueError, match="min_tasks must be >= 1"):
+        load_config(None, {"min_tasks": 0})
+
+
+def test_the_loop_checks_min_tasks_and_serves_the_gate_at_one_thread(tmp_path):
+    """Issue 38 (5a, 5e): min_tasks above the held-out tasks is a config error, not a gate that never promotes;
+    the loop's own server runs at 1 torch thread, where seeded evaluations repeat exactly."""
+    from trainers.evolve.loop import EvolveLoop
+
+    cfg = load_config(ROOT / "examples" / "evolve.yaml", {"output_dir": str(tmp_path), "heldout_limit": 5,
+                                                          "min_tasks": 6})  # fmt: skip
+    loop = EvolveLoop(cfg)
+    with pytest.raises(ValueError, match="min_tasks 6 is more than the 5 held-out tasks of 'validation'"):
+        loop.heldout_tasks()
+    assert [t.id for t in loop._split_tasks("heldout_split", "validation", 2)] == ["sandbox-train-200000",
+                                                                                   "sandbox-train-200001"]  # fmt: skip
+    server = loop.endpoint.local_server()
+    assert server.threads == 1 and server.allowed_weight_dirs == [tmp_path.resolve()]
 
 
 def test_pruning_keeps_promoted_copies_the_last_rejected_and_the_open_cycle(tmp_path):
@@ -128,7 +228,7 @@ def _answers(url: str, model: str) -> list[str]:
 def _flags(out: Path, url: str, **extra: Any) -> list[str]:
     settings = {"config": ROOT / "examples" / "evolve.yaml", "output_dir": out, "policy_base_url": url,
                 "served_name": "agent-" + out.name, "heldout_limit": 10, "heldout_k": 2, "questioning_n": 0,
-                "bootstrap_resamples": 500, **extra}  # fmt: skip
+                "bootstrap_resamples": 500, "test_limit": 4, **extra}  # fmt: skip
     return [x for k, v in settings.items() for x in (f"--{k}", str(v))]
 
 
@@ -146,10 +246,19 @@ def test_a_better_candidate_is_promoted_a_worse_one_is_not_and_rollback_restores
     assert better["production"] == "v001" and better["incumbent"] == "v000"
     committed = _answers(tiny_policy_url, "tiny-policy")
     assert _answers(tiny_policy_url, name) == committed  # the stable name serves the promoted (zero) adapter
+    record = State(out).cycles[0]
+    assert record["gate"]["min_tasks"] == 10 and record["gate"]["tasks"] == 10  # the configured held-out tasks
+    gated = json.loads((out / "cycles" / "001" / "eval_candidate" / "summary.json").read_text())
+    assert gated["split"] == "validation" and gated["seed"] == 1234  # the gate never sees test
+    tested = {v: json.loads((out / "test" / v / "summary.json").read_text()) for v in ("v000", "v001")}
+    assert {(t["split"], t["seed"], t["tasks"]) for t in tested.values()} == {("test", 4321, 4)}  # its own seeds
+    assert better["test_avg"] == tested["v001"]["avg@2"] and record["test"]["incumbent_avg"] == tested["v000"]["avg@2"]
+    assert better["test_gain"] > 0, better
 
     assert main(["consider", *flags, "--candidate", str(adapters["degraded"])]) == 0
     worse = _last_json(capsys.readouterr().out)
     assert not worse["promoted"] and worse["paired_gain"] < 0 and worse["production"] == "v001", worse
+    assert worse["test_avg"] == better["test_avg"] and "test_gain" not in worse  # production's figure, read back
     assert "not above min_gain" in worse["reason"]
     assert _answers(tiny_policy_url, name) == committed
     assert name + "-c002" not in [m["id"] for m in httpx.get(f"{tiny_policy_url}/models").json()["data"]]
@@ -248,8 +357,8 @@ def test_one_cycle_from_langsmith_traces_to_a_gated_candidate(tiny_policy_url, t
         "cycle001-incumbent",
         "cycle001-candidate",
     }
-    assert "evolve-sandbox-test" in datasets
-    assert {e.split("/")[1] for e in experiments if e.startswith("evolve-sandbox-test/")} == {
+    assert "evolve-sandbox-validation" in datasets
+    assert {e.split("/")[1] for e in experiments if e.startswith("evolve-sandbox-validation/")} == {
         "cycle001-incumbent",
         "cycle001-candidate",
     }

@@ -20,7 +20,7 @@ pytest.importorskip("peft")
 TARGETS = ["q_proj", "v_proj", "down_proj"]  # another shape than the quickstart's r=32 on 7 modules
 
 
-def _adapter(path: Path, *, scale: float = 0.1, **other_shape: int) -> dict:
+def _adapter(path: Path, *, scale: float = 0.1, dropout: float = 0.0, **other_shape: int) -> dict:
     """A LoRA adapter of the tiny policy (r=4) whose B weights are random, so it answers unlike the base model;
     ``other_shape`` (hidden_size, num_hidden_layers): of another model of the same architecture instead."""
     import torch
@@ -33,7 +33,7 @@ def _adapter(path: Path, *, scale: float = 0.1, **other_shape: int) -> dict:
         model = AutoModelForCausalLM.from_pretrained(str(TINY_POLICY))
     else:
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(TINY_POLICY), **other_shape))
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS))
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=TARGETS))
     _perturb(model, scale)
     model.save_pretrained(str(path))
     return load_file(str(path / "adapter_model.safetensors"))
@@ -141,3 +141,57 @@ def test_init_adapter_is_read_from_yaml(tmp_path):
     assert cfg.init_adapter == str(tmp_path / "production")
     _, cfg, _ = make_parser().parse_args_and_config([*argv, "--init_adapter", "elsewhere"])
     assert cfg.init_adapter == "elsewhere"
+
+
+def _quickstart_without_dropout(tmp_path: Path) -> str:
+    config = tmp_path / "c.yaml"
+    config.write_text("\n".join(line for line in Path(QUICKSTART).read_text().splitlines()
+                                if not line.startswith("lora_dropout:")))  # fmt: skip
+    return str(config)
+
+
+def test_lora_dropout_defaults_to_0_and_a_dropout_above_is_warned_at_config_time(tmp_path, capsys, caplog):
+    """Issue 38 (5d): dropout in the trainer's forward passes only made its logprobs noisy against the server's
+    (gaps up to 0.11) without a word. TRL's default 0.05 is 0 here; a dropout set above 0 is warned before any
+    work (the run below then stops on its unknown split, so nothing trains)."""
+    from trainers.config import lora_dropout_warning
+    from trainers.grpo import cli, make_parser
+
+    config = _quickstart_without_dropout(tmp_path)
+    argv = ["--config", config, "--output_dir", str(tmp_path / "run"), *LORA]
+    _, cfg, model_args = make_parser().parse_args_and_config(argv)
+    assert model_args.lora_dropout == 0.0 and lora_dropout_warning(cfg, model_args) is None
+    _, cfg, model_args = make_parser().parse_args_and_config([*argv, "--lora_dropout", "0.1"])
+    assert "lora_dropout=0.1" in lora_dropout_warning(cfg, model_args)
+    _, cfg, model_args = make_parser().parse_args_and_config([*argv, "--lora_dropout", "0.1", "--disable_dropout",
+                                                              "true"])  # fmt: skip
+    assert lora_dropout_warning(cfg, model_args) is None  # TRL zeroes every dropout, LoRA's too
+    with caplog.at_level(logging.WARNING, logger="trainers.grpo"), pytest.raises(SystemExit) as exc:
+        cli([*argv, "--lora_dropout", "0.1", "--task_split", "nope"])
+    assert exc.value.code == 2 and "Unknown split 'nope'" in capsys.readouterr().err
+    assert any("noisy against the server's" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_an_init_adapter_trains_without_its_lora_dropout(tmp_path, caplog):
+    """An adapter saved with lora_dropout 0.1 (PEFT keeps it in adapter_config.json): loaded as init_adapter, its
+    dropout is 0, so two forward passes in train mode agree (as the endpoint, which never drops, would)."""
+    import torch
+
+    from trainers.grpo import _init_adapter_model, make_parser
+
+    _adapter(tmp_path / "production", dropout=0.1)
+    assert json.loads((tmp_path / "production" / "adapter_config.json").read_text())["lora_dropout"] == 0.1
+    argv = ["--config", QUICKSTART, "--output_dir", str(tmp_path / "run"), *LORA, "--init_adapter",
+            str(tmp_path / "production")]  # fmt: skip
+    _, cfg, _ = make_parser().parse_args_and_config(argv)
+    with caplog.at_level(logging.INFO, logger="trainers.grpo"):
+        model = _init_adapter_model(TINY_POLICY, cfg)
+    assert "its lora_dropout 0.1 set to 0" in caplog.text
+    drops = [m for n, m in model.named_modules() if ".lora_dropout." in n and isinstance(m, torch.nn.Dropout)]
+    assert drops and all(m.p == 0.0 for m in drops) and model.peft_config["default"].lora_dropout == 0.0
+    model.train()
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, model(ids).logits)
+    model.save_pretrained(str(tmp_path / "saved"))
+    assert json.loads((tmp_path / "saved" / "adapter_config.json").read_text())["lora_dropout"] == 0.0

@@ -174,3 +174,33 @@ def test_transition_advantages_per_call_and_context_steps_take_the_next_steps_va
     assert transition_advantages(t, [1.0, 2.0, 3.0]) == [1.0, 3.0]
     with pytest.raises(ValueError, match="2 step advantages for the 3 steps of r"):
         transition_advantages(t, [1.0, 2.0])
+
+
+def test_a_scoring_crash_after_the_turn_limit_is_left_out_by_evaluation_and_training_alike():
+    """Issue 38 (5c): the checker raised on a turn-limited rollout. The evaluation used to score it 0 and the
+    trainer to leave it out; both now leave it out as a failure outside the policy (counted in ``failed``)."""
+    from langchain_core.messages import AIMessage
+
+    from env_tools.sandbox import SandboxEnvironment, seed_tasks
+    from graphs.agent import create_agent_graph
+    from langgraph_evolver.batch import run_rollouts
+    from langgraph_evolver.testing import ScriptedChatModel
+    from trainers.evaluate import summarize, task_means
+
+    class CrashingChecker(SandboxEnvironment):
+        def evaluate(self) -> float:
+            raise KeyError("booking B4")  # a checker that assumed the agent finished
+
+    loop = [AIMessage("", tool_calls=[{"name": "get_balance", "args": {}, "id": "c"}])]
+    graph = create_agent_graph(ScriptedChatModel(loop), max_turns=2)
+    (crashed,) = run_rollouts(graph, seed_tasks("train")[:1], env_factory=lambda task: CrashingChecker())
+    assert crashed.finish_reason == "max_turns" and crashed.reward is None, crashed
+    assert any(e.startswith("evaluation failed: KeyError") for e in crashed.errors), crashed.errors
+    assert failure_kind(crashed) == "infrastructure" and failed_rollouts([crashed]) == [crashed]
+    assert task_means([crashed]) == {}  # not a 0 in the evaluation ...
+    summary = summarize([crashed], 1)
+    assert summary["failed"] == 1 and summary["all"]["samples"] == 0, summary
+    # ... and, with the same record, no advantage in training (a rollout with LLM calls, as the trainer sees it)
+    trained = _traj([_tr([1], [2])], reward=None, finish="max_turns", messages=crashed.errors)
+    assert shaped_reward(trained, 0.1) is None and outcome_reward(trained) is None
+    assert failure_kind(replace(trained, reward=0.0)) is None  # scored after the turn limit: the policy's 0

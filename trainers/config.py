@@ -29,7 +29,13 @@ from trl import GRPOConfig
 
 from langgraph_evolver.errors import ConfigError
 
-__all__ = ["AttributionSettings", "EvolverGRPOConfig", "NavigationSettings", "parse_level_weights"]
+__all__ = [
+    "AttributionSettings",
+    "EvolverGRPOConfig",
+    "NavigationSettings",
+    "lora_dropout_warning",
+    "parse_level_weights",
+]
 
 # TRL 1.16 still sets transformers' deprecated `gradient_checkpointing` alias; the warning is not
 # actionable by our users.
@@ -55,6 +61,24 @@ def parse_level_weights(spec: str | dict | None) -> dict[int, float]:
         raise ConfigError(f"level_weights={spec!r} is not valid: write e.g. '1:1,2:2,3:3' (level:weight, weights >= 0, "
                           "at least one > 0).")  # fmt: skip
     return weights
+
+
+def lora_dropout_warning(cfg: Any, model_args: Any) -> str | None:
+    """Why ``lora_dropout > 0`` is a bad idea here, or None when no dropout reaches the trainer's logprobs.
+
+    Dropout is on in the trainer's forward passes (train mode) and off at the endpoint, so the trainer's
+    logprob of a sampled token differs from the server's by noise (a gap up to 0.11 measured), in the loss's
+    ratios and in ``policy/logp_gap_mean``. None with ``disable_dropout`` (TRL zeroes every dropout, LoRA's
+    too), without LoRA, or with ``init_adapter`` (its dropout is zeroed when it loads: ``_init_adapter_model``).
+    """
+    p = float(getattr(model_args, "lora_dropout", 0.0) or 0.0)
+    if p <= 0.0 or not getattr(model_args, "use_peft", False) or cfg.disable_dropout or cfg.init_adapter:
+        return None
+    return (
+        f"lora_dropout={p} drops LoRA activations in the trainer's forward passes but not at the endpoint, so "
+        "the trainer's logprobs are noisy against the server's (gaps up to 0.11 per token measured) and so are "
+        "the loss's ratios: set lora_dropout: 0.0 (trainers.grpo's default), or disable_dropout: true."
+    )
 
 
 def _toggle_mapping(value: dict | str | bool | None, name: str, example: str) -> dict | None:

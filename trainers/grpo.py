@@ -86,6 +86,7 @@ def make_parser() -> Any:
     from .config import EvolverGRPOConfig
 
     parser = TrlParser((ScriptArguments, EvolverGRPOConfig, ModelConfig))
+    parser.set_defaults(lora_dropout=0.0)  # TRL's 0.05 makes the trainer's logprobs noisy against the endpoint's
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         # DeepSpeed without a GPU (e.g. trainers/accelerate_configs/zero2_cpu_2proc.yaml): accelerate leaves the
         # process-group backend unset there and then counts 1 process on every rank; name DeepSpeed's own
@@ -274,7 +275,25 @@ def _init_adapter_model(model_path: Path, cfg: Any) -> Any:
                           f"({len(saved - params)} tensors without a parameter, {len(params - saved)} parameters "
                           f"without a tensor, e.g. {', '.join(odd)}); it was trained on another base model: pass that "
                           "one as model_name_or_path, or drop init_adapter.")  # fmt: skip
+    if (dropout := zero_lora_dropout(model)) > 0.0:
+        logger.info("init_adapter=%s: its lora_dropout %s set to 0 (dropout in the trainer's forward passes only "
+                    "would make its logprobs noisy against the endpoint's)", cfg.init_adapter, dropout)  # fmt: skip
     return model
+
+
+def zero_lora_dropout(model: Any) -> float:
+    """Set every LoRA dropout of ``model`` (and its adapter configs, so what it saves says so) to 0; the largest
+    dropout probability it had. An endpoint never drops, so a trainer that does disagrees with it."""
+    import torch
+
+    before = 0.0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and ".lora_dropout." in f".{name}.":
+            before, module.p = max(before, float(module.p)), 0.0
+    for config in (getattr(model, "peft_config", None) or {}).values():
+        before = max(before, float(getattr(config, "lora_dropout", 0.0) or 0.0))
+        config.lora_dropout = 0.0
+    return before
 
 
 def _load_tasks(cfg: Any, *requests: tuple[str, int | None]) -> list[list[Task]]:
@@ -436,7 +455,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     from langgraph_evolver.tracing import langsmith_callbacks, langsmith_enabled
 
     from .callbacks import MetricsCallback, StopOnRequest, drop_steps_after, plot_reward_curve
-    from .config import parse_level_weights
+    from .config import lora_dropout_warning, parse_level_weights
     from .grpo_trainer import EvolverGRPOTrainer
     from .model_card import launch_command, write_model_card
     from .serving import PolicyServerProcess, check_endpoint
@@ -448,6 +467,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     model_path = _check_model(model_args)
     _check_template(model_path, cfg)
     init_adapter = _check_init_adapter(cfg, model_args)
+    if (warning := lora_dropout_warning(cfg, model_args)) is not None:
+        logger.warning(warning)
     if cfg.sync_mode == "lora" and not model_args.use_peft:
         raise ConfigError("sync_mode=lora trains a LoRA adapter and publishes it: set use_peft: true (with lora_r, "
                           "lora_alpha, lora_target_modules), or sync_mode=full (all weights, any device).")  # fmt: skip

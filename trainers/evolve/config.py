@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import warnings
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -52,16 +53,28 @@ class EvolveConfig:
     served_name: str = field(default="agent", metadata={"help": "the stable model name production requests use; "
                              "promotion points it at the new adapter"})  # fmt: skip
     # -- (c) the held-out evaluation --
-    heldout_split: str = field(default="test", metadata={"help": "the split of the fixed held-out tasks"})
+    heldout_split: str = field(default="validation", metadata={"help": "the split of the fixed held-out tasks the "
+                               "gate decides on (not test: a promoted cycle's gain there is biased upward, so the "
+                               "test figure is measured apart, see test_split)"})  # fmt: skip
     heldout_limit: int | None = field(default=40, metadata={"help": "its first N tasks (null: all)"})
     heldout_k: int = field(default=4, metadata={"help": "samples per held-out task, for each policy"})
     heldout_seed: int = field(default=1234, metadata={"help": "sampling seed of the held-out evaluations (the "
                               "same for candidate and incumbent: the comparison is paired)"})  # fmt: skip
+    test_split: str | None = field(default="test", metadata={"help": "the split production's test figure is "
+                                   "measured on, apart from the gate (each production version once, heldout_k "
+                                   "samples, test_seed); null: no test figure"})  # fmt: skip
+    test_limit: int | None = field(default=40, metadata={"help": "its first N tasks (null: all)"})
+    test_seed: int | None = field(default=None, metadata={"help": "sampling seed of the test evaluations, its own "
+                                  "(default: heldout_seed + 1)"})  # fmt: skip
     # -- (d) the gate --
     confidence: float = field(default=0.9, metadata={"help": "one-sided level of the bootstrap lower bound"})
     min_gain: float = field(default=0.0, metadata={"help": "promote only when the lower bound of the paired gain "
                             "is above this"})  # fmt: skip
     bootstrap_resamples: int = field(default=2000, metadata={"help": "bootstrap resamples over tasks"})
+    min_tasks: int | None = field(default=None, metadata={"help": "held-out tasks the gate needs paired to decide "
+                                  "(a sample the candidate alone failed outside the policy counts as its worst "
+                                  "reward; one failed on the incumbent's side is dropped); null: every held-out "
+                                  "task"})  # fmt: skip
     max_failed_share: float = field(default=0.2, metadata={"help": "an evaluation with more rollouts failing "
                                     "outside the policy (endpoint or environment errors) fails the cycle: never "
                                     "promoted"})  # fmt: skip
@@ -82,6 +95,18 @@ class EvolveConfig:
             raise ConfigError(f"synthetic_ratio must be in [0, 1], got {self.synthetic_ratio}.")
         if self.traces_jsonl and self.traces_project:
             raise ConfigError("Set one of traces_jsonl (local files) and traces_project (LangSmith), not both.")
+        if self.min_tasks is not None and self.min_tasks < 1:
+            raise ConfigError(f"min_tasks must be >= 1 (null: every held-out task), got {self.min_tasks}.")
+        if self.test_seed is None:
+            self.test_seed = self.heldout_seed + 1
+        if self.test_split is not None and self.test_seed == self.heldout_seed:
+            raise ConfigError(f"test_seed must differ from heldout_seed ({self.heldout_seed}): the test figure is "
+                              "measured on seeds of its own.")  # fmt: skip
+        if self.test_split is not None and self.test_split == self.heldout_split:
+            warnings.warn(f"heldout_split {self.heldout_split!r} is also test_split: the gate chooses candidates on "
+                          "it, so a promoted cycle's gain there is biased upward and the test figure is no longer "
+                          "apart from the choice. Gate on a validation split (heldout_split: validation).",
+                          UserWarning, stacklevel=2)  # fmt: skip
         if not self.served_name or "/" in self.served_name:
             raise ConfigError(f"served_name must be a plain model name like 'agent', got {self.served_name!r}.")
         if not isinstance(self.train, dict):

@@ -10,9 +10,9 @@ request unanswered (``trainers.sync.swap_adapter``):
    swaps between two batches (a failed load keeps the old adapter), vLLM replaces the adapter's weights;
 3. the previous adapter's directory stays on disk (``adapters/vNNN``), so a rollback is the same call.
 
-Without ``policy_base_url`` the loop starts the CPU policy server on the training config's model and
-keeps it up for as long as it runs (it stops with the loop: a real deployment points the loop at its
-own long-lived server).
+Without ``policy_base_url`` the loop starts the CPU policy server on the training config's model, at one torch
+thread (``SERVER_THREADS``: what makes seeded evaluations exact), and keeps it up for as long as it runs (it stops
+with the loop: a real deployment points the loop at its own long-lived server).
 """
 
 from __future__ import annotations
@@ -20,10 +20,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from .config import EvolveConfig
 
-__all__ = ["ProductionEndpoint"]
+__all__ = ["SERVER_THREADS", "ProductionEndpoint"]
+
+SERVER_THREADS = 1
+"""Torch threads of the loop's own CPU server, named here rather than left to the server's default: a seeded
+evaluation repeats exactly only at 1 thread (at 2, 2 of 48 rollouts diverged: a multi-threaded matmul sums in
+another order, a near-tie token flips), and the gate's pairing and the read-back evaluations rely on it."""
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +54,23 @@ class ProductionEndpoint:
         return bool(self.cfg.policy_base_url)
 
     def start(self) -> ProductionEndpoint:
-        from trainers.serving import PolicyServerProcess, check_endpoint
+        from trainers.serving import check_endpoint
 
         if self.external:
             check_endpoint(self.base_url, None)
             return self
-        self.server = PolicyServerProcess(self.model_path, log_path=self.output_dir / "production_server.log",
-                                          allowed_weight_dirs=[self.output_dir])  # fmt: skip
+        self.server = self.local_server()
         print(f"starting the production policy server on {self.model_path} …", file=sys.stderr)
         self.server.start()
         self.base_url = self.server.base_url
         return self
+
+    def local_server(self) -> Any:
+        """The CPU policy server the loop starts without ``policy_base_url`` (not started), at ``SERVER_THREADS``."""
+        from trainers.serving import PolicyServerProcess
+
+        return PolicyServerProcess(self.model_path, log_path=self.output_dir / "production_server.log",
+                                   allowed_weight_dirs=[self.output_dir], threads=SERVER_THREADS)  # fmt: skip
 
     def stop(self) -> None:
         if self.server is not None:

@@ -1,8 +1,9 @@
-"""Phase (c) of a cycle: one held-out evaluation of a served model, with the loop's paired seeds.
+"""Phase (c) of a cycle: one held-out evaluation of a served model, with the loop's paired seeds (and the test
+figure of a production version, on seeds of its own).
 
 The agent, environment, turn and token limits are the training config's (``trainers.grpo.evaluation_rollouts``,
 what its own evaluations run), so a drop-in agent is evaluated as it is trained. An evaluation already on disk
-for the same model, tasks, k and seed (a loop killed after it) is read back instead of run again.
+for the same model, split, tasks, k and seed (a loop killed after it) is read back instead of run again.
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ def grpo_config(train: dict[str, Any], output_dir: Path) -> Any:
     return EvolverGRPOConfig(**keys)
 
 
-def evaluate_model(loop: Any, tasks: list[Any], model: str, out: Path, *, tag: str) -> dict[str, Any]:
-    """k seeded rollouts of every task against ``model`` on the loop's endpoint; ``{"figures", "trajectories"}``."""
+def evaluate_model(loop: Any, tasks: list[Any], model: str, out: Path, *, tag: str, split: str,
+                   seed: int) -> dict[str, Any]:  # fmt: skip
+    """k rollouts of every task of ``split`` against ``model`` on the loop's endpoint, sampled with ``seed`` (the
+    gate's pair of evaluations shares one; the test figure has its own); ``{"figures", "trajectories"}``."""
     from langgraph_evolver.types import Trajectory, read_jsonl
     from trainers.evaluate import summarize, write_evaluation
     from trainers.grpo import evaluation_rollouts
 
     cfg = loop.cfg
-    ident = {"model_tag": tag, "tasks": len(tasks), "k": cfg.heldout_k, "seed": cfg.heldout_seed}
+    ident = {"model_tag": tag, "split": split, "tasks": len(tasks), "k": cfg.heldout_k, "seed": seed}
     summary_path = out / "summary.json"
     if summary_path.exists() and (out / "trajectories.jsonl").exists():
         import json
@@ -50,7 +53,7 @@ def evaluate_model(loop: Any, tasks: list[Any], model: str, out: Path, *, tag: s
             model=model,
             k=cfg.heldout_k,
             cfg=loop.rollout_cfg,
-            seed=cfg.heldout_seed,
+            seed=seed,
         )
     )
     summary = summarize(trajectories, cfg.heldout_k)

@@ -1,11 +1,14 @@
-"""The evolve loop: cycles of collect -> train -> evaluate (paired) -> promote-if-it-wins.
+"""The evolve loop: cycles of collect -> train -> evaluate (paired) -> test figure -> promote-if-it-wins.
 
 Each phase ends with one atomic write of ``state.json`` (``state.State``), so a loop started again on the
 same output directory continues the open cycle at the phase it reached; training itself resumes from its
-last checkpoint. The incumbent and the candidate are evaluated on the same fixed held-out tasks with the
-same sampling seeds; the gate (``gate.decide``) promotes only when the bootstrap lower bound of the paired
-gain is above ``min_gain``. Promotion re-points the stable name (``endpoint``); every promoted adapter is
-kept under ``adapters/`` for rollbacks, rejected ones only for the last ``keep_candidates`` cycles.
+last checkpoint. The incumbent and the candidate are evaluated on the same fixed held-out tasks (the
+validation split by default) with the same sampling seeds; the gate (``gate.decide_paired``) promotes only
+when the bootstrap lower bound of the paired gain is above ``min_gain``. Production's test figure is measured
+apart (``test_split``, seeds of its own), once per production version: choosing on the gate's split biases the
+promoted gain there upward, so the test figure is the one to report. Promotion re-points the stable name
+(``endpoint``); every promoted adapter is kept under ``adapters/`` for rollbacks, rejected ones only for the
+last ``keep_candidates`` cycles.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from langgraph_evolver.errors import EvolverError
 
 from .config import EvolveConfig
 from .endpoint import ProductionEndpoint
-from .gate import decide
+from .gate import decide_paired, pair_samples, sample_rewards
 from .state import State, failpoint
 
 __all__ = ["EvolveLoop"]
@@ -46,6 +49,7 @@ class EvolveLoop:
         self.env = self.rollout_cfg.env_id
         self.endpoint = ProductionEndpoint(cfg, self.model_path, self.out)
         self._heldout: list[Any] | None = None
+        self._test_tasks: list[Any] | None = None
 
     # -- setup ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,7 +143,12 @@ class EvolveLoop:
             if record["phase"] == "evaluate":
                 failpoint("evaluate")
                 self._evaluate(record, cycle_dir, label)
-                self._advance(record, "promote" if record["gate"]["promote"] else "done")
+                tested = self.cfg.test_split and not record.get("error")  # a failed evaluation has no candidate
+                self._advance(record, "test" if tested else self._after_test(record))
+            if record["phase"] == "test":
+                failpoint("test")
+                self._test(record, label)
+                self._advance(record, self._after_test(record))
             if record["phase"] == "promote":
                 failpoint("promote")
                 self._promote(record)
@@ -152,20 +161,39 @@ class EvolveLoop:
         record["phase"] = phase
         self.state.save()
 
+    @staticmethod
+    def _after_test(record: dict[str, Any]) -> str:
+        return "promote" if record["gate"]["promote"] else "done"
+
     # -- (c) and (d) ----------------------------------------------------------------------------
     def heldout_tasks(self) -> list[Any]:
+        """The gate's fixed held-out tasks (``heldout_split``), at least ``min_tasks`` of them."""
         if self._heldout is None:
-            from trainers.grpo import _load_tasks
+            from langgraph_evolver.errors import ConfigError
 
-            self._heldout = _load_tasks(self.rollout_cfg, (self.cfg.heldout_split, self.cfg.heldout_limit or None))[0]
-            if not self._heldout:
-                from langgraph_evolver.errors import ConfigError
-
-                raise ConfigError(f"Environment {self.env!r} has no tasks in heldout_split {self.cfg.heldout_split!r}.")
+            self._heldout = self._split_tasks("heldout_split", self.cfg.heldout_split, self.cfg.heldout_limit)
+            if self.cfg.min_tasks and self.cfg.min_tasks > len(self._heldout):
+                raise ConfigError(
+                    f"min_tasks {self.cfg.min_tasks} is more than the {len(self._heldout)} held-out "
+                    f"tasks of {self.cfg.heldout_split!r}: lower it, or raise heldout_limit."
+                )
         return self._heldout
 
+    def _split_tasks(self, key: str, split: str, limit: int | None) -> list[Any]:
+        """The first ``limit`` tasks of ``split``; none is a ConfigError naming the key to change."""
+        from trainers.grpo import _load_tasks
+
+        tasks = _load_tasks(self.rollout_cfg, (split, limit or None))[0]
+        if not tasks:
+            from langgraph_evolver.errors import ConfigError
+
+            raise ConfigError(f"Environment {self.env!r} has no tasks in {key} {split!r}: set {key} to a split it "
+                              "has (the gate's heldout_split apart from test_split; test_split: null for no test "
+                              "figure).")  # fmt: skip
+        return tasks
+
     def _evaluate(self, record: dict[str, Any], cycle_dir: Path, label: str) -> None:
-        from trainers.evaluate import task_means, too_many_failures
+        from trainers.evaluate import too_many_failures
 
         from .evaluation import evaluate_model
 
@@ -178,14 +206,16 @@ class EvolveLoop:
         results = {}
         for who, model in (("incumbent", self.cfg.served_name), ("candidate", name)):
             tag = f"{who}:{record['incumbent'] if who == 'incumbent' else name}"
-            results[who] = evaluate_model(self, tasks, model, cycle_dir / f"eval_{who}", tag=tag)
+            results[who] = evaluate_model(self, tasks, model, cycle_dir / f"eval_{who}", tag=tag,
+                                          split=self.cfg.heldout_split, seed=self.cfg.heldout_seed)  # fmt: skip
         record["evaluation"] = {who: r["figures"] for who, r in results.items()}
         share = self.cfg.max_failed_share
         failed = [reason for who, r in results.items()
                   if (reason := too_many_failures(r["figures"], share, f"the {who}'s evaluation"))]  # fmt: skip
-        cand, inc = (task_means(results[who]["trajectories"]) for who in ("candidate", "incumbent"))
-        gate = decide(cand, inc, confidence=self.cfg.confidence, min_gain=self.cfg.min_gain,
-                      resamples=self.cfg.bootstrap_resamples, seed=record["cycle"]).to_dict()  # fmt: skip
+        cand, inc = (sample_rewards(results[who]["trajectories"]) for who in ("candidate", "incumbent"))
+        gate = decide_paired(cand, inc, confidence=self.cfg.confidence, min_gain=self.cfg.min_gain,
+                             resamples=self.cfg.bootstrap_resamples, seed=record["cycle"],
+                             min_tasks=self.cfg.min_tasks or len(tasks)).to_dict()  # fmt: skip
         if failed:  # a verdict on the endpoint or the environment, not on the candidate: never promoted
             gate.update(promote=False, reason="; ".join(failed))
             record["error"] = gate["reason"]  # the cycle could not judge its candidate: the run exits 1
@@ -199,6 +229,33 @@ class EvolveLoop:
             record["langsmith"] = write_evaluation_folders(
                 {f"cycle{record['cycle']:03d}-{who}": cycle_dir / f"eval_{who}" for who in results},
                 dataset_name=f"evolve-{self.env}-{self.cfg.heldout_split}", timeout_s=60)  # fmt: skip
+
+    def _test(self, record: dict[str, Any], label: str) -> None:
+        """Production's test figure, apart from the gate: each production version is evaluated once on
+        ``test_split`` with ``test_seed`` (the incumbent under the stable name, a promoted candidate under its
+        own name before the swap). The gate never reads it: it is the unbiased figure of what was promoted."""
+        from .evaluation import evaluate_model
+
+        version = f"v{record['cycle']:03d}"
+        sides = [("incumbent", record["incumbent"], self.cfg.served_name)]
+        if record["gate"]["promote"]:
+            sides.append(("candidate", version, _candidate_name(self.cfg, record["cycle"])))
+        if self._test_tasks is None:
+            self._test_tasks = self._split_tasks("test_split", self.cfg.test_split, self.cfg.test_limit)
+        tasks, k = self._test_tasks, self.cfg.heldout_k
+        print(f"{label}: production's test figure ({self.cfg.test_split!r}, {len(tasks)} tasks x {k}, its own "
+              "seeds) …", file=sys.stderr)  # fmt: skip
+        runs = {who: evaluate_model(self, tasks, model, self.out / "test" / v, tag=f"production:{v}",
+                                    split=self.cfg.test_split, seed=self.cfg.test_seed)
+                for who, v, model in sides}  # fmt: skip
+        test = {"split": self.cfg.test_split, "seed": self.cfg.test_seed, "tasks": len(tasks),
+                **{f"{who}_avg": r["figures"][f"avg@{k}"] for who, r in runs.items()},
+                **{f"{who}_failed_share": r["figures"].get("failed_share") for who, r in runs.items()}}  # fmt: skip
+        if "candidate" in runs:  # the promoted candidate's gain on test: paired (same tasks, same test seeds)
+            pairing = pair_samples(*(sample_rewards(runs[who]["trajectories"]) for who in ("candidate", "incumbent")))
+            diffs = [pairing.candidate[t] - pairing.incumbent[t] for t in pairing.candidate]
+            test["gain"] = round(sum(diffs) / len(diffs), 4) if diffs else None
+        record["test"] = test
 
     def _promote(self, record: dict[str, Any]) -> None:
         version = f"v{record['cycle']:03d}"

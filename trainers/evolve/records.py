@@ -32,6 +32,11 @@ def cycle_line(record: dict[str, Any], production: dict[str, Any] | None) -> dic
         "production": (production or {}).get("version"),
         "wall_s": round(record.get("finished", time.time()) - record.get("started", time.time()), 1),
     }
+    test = record.get("test") or {}
+    if test:  # production's figure after the cycle, apart from the gate (and the promoted candidate's gain there)
+        line["test_avg"] = test.get("candidate_avg" if record.get("promoted") else "incumbent_avg")
+        if record.get("promoted"):
+            line["test_gain"] = test.get("gain")
     if record.get("error"):
         line["error"] = record["error"]
     if evaluation:

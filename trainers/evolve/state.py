@@ -24,8 +24,9 @@ from langgraph_evolver.errors import EvolverError
 
 __all__ = ["FAILPOINT_ENV", "PHASES", "LoopLocked", "State", "failpoint", "loop_lock"]
 
-PHASES = ("collect", "train", "evaluate", "promote", "done")
-"""The phases of a cycle, in order (``promote`` is entered only by a candidate the gate passed)."""
+PHASES = ("collect", "train", "evaluate", "test", "promote", "done")
+"""The phases of a cycle, in order (``test`` only with a ``test_split``, ``promote`` only by a candidate the gate
+passed)."""
 
 FAILPOINT_ENV = "EVOLVER_EVOLVE_FAILPOINT"
 """A phase name: the loop kills itself (SIGKILL) as it enters that phase. For crash tests."""
