@@ -236,9 +236,12 @@ async def stdio_session(connection: Mapping[str, Any], stderr: ServerStderr) -> 
     from mcp.client.stdio import stdio_client
 
     env = {"FASTMCP_LOG_LEVEL": server_log_level(), **(connection.get("env") or {})}
+    argv = [connection["command"], *connection.get("args", [])]
+    if os.name == "posix":  # fork, process groups and (on Linux) the parent-death signal
+        argv = [sys.executable, "-I", "-S", "-c", SUPERVISOR, str(os.getpid()), *argv]
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-I", "-S", "-c", SUPERVISOR, str(os.getpid()), connection["command"], *connection.get("args", [])],
+        command=argv[0],
+        args=argv[1:],
         env=env,
         cwd=connection.get("cwd"),
         encoding=connection.get("encoding", "utf-8"),
