@@ -9,9 +9,11 @@ session with ``langchain-mcp-adapters`` alone, each for a failure a user met:
   process group, the server and anything the server started; the server itself gets SIGKILL if the supervisor
   dies. So a run killed with SIGKILL, or one that exits while a server is stuck in ``initialize``, leaves no server
   behind (Linux; elsewhere the supervisor only reports the exit status).
-- **A server that fails to start says why.** Its stderr comes through a pipe: each line is passed on to our
-  stderr as before and the last ``STDERR_LINES`` are kept, and the supervisor adds the server's exit status, so
-  ``startup_failure`` can say "exited with status 1" and show the ``ImportError`` instead of an ``ExceptionGroup``.
+- **A server that fails to start says why.** Its stderr comes through a pipe: its last ``STDERR_LINES`` are
+  kept and the supervisor adds the server's exit status, so the startup error (``_Connection._startup_failure``
+  in ``env_tools/mcp.py``) says "exited with status 1" and shows the ``ImportError`` instead of an
+  ``ExceptionGroup``. Lines are passed on to our stderr once the server has started (what it wrote while
+  starting, then each line), so a failed start shows its traceback once, in the error.
 - **FastMCP's INFO logs stay quiet** unless asked (they were 96% of a run's output): below ``INFO`` in
   ``EVOLVER_MCP_LOG_LEVEL`` (default ``WARNING``; ``trainers.evaluate --verbose`` sets ``INFO``) the server's
   INFO and DEBUG log records are not passed on. The MCP SDK's ``FastMCP`` always configures ``INFO`` (its

@@ -27,6 +27,10 @@ same random numbers where their conversations agree, and the per-task difference
 evaluated twice with the same ``S`` repeats its samples (up to the endpoint's batch-dependent float
 rounding). The k samples of a task get different seeds. Without ``--seed`` nothing is seeded (as before).
 
+Before any rollout, an environment that can check itself (an MCP server: ``preflight``) is started once, so a
+server that cannot start is one error (exit 2) with its exit status and last stderr lines. ``--reference_policy``
+exits 1 when its check is NOT OK. ``--verbose`` shows the MCP servers' INFO logs (docs/mcp.md).
+
 ``--config`` reads a ``trainers.grpo`` YAML file (model, endpoint, environment, eval split, turn
 and token limits); flags given on the command line win. ``--adapter`` loads a trained LoRA
 adapter into the local server (or into any endpoint with the runtime LoRA API) and evaluates it.
