@@ -553,6 +553,9 @@ class ToolsEnvironment(Environment):
     def list_tasks(self, split: str = "train") -> list[Task]:
         return list(self._tasks.get(split, ()))
 
+    def list_splits(self) -> list[str]:
+        return sorted(split for split, tasks in self._tasks.items() if tasks)
+
     def profile(self) -> dict[str, Any]:
         """The declared profile plus ``operations`` derived from the tool schemas.
 

@@ -10,7 +10,11 @@ Names (every ``--env`` accepts them; ``langgraph_evolver.environment`` maps the 
 - ``mcp:http://host:port/mcp``: a streamable-HTTP server;
 - either + ``#key=value&...``: options for commands that pass no keyword arguments, e.g.
   ``mcp:python srv.py#tasks=tasks.jsonl&timeout=10``. Keys: ``tasks``, ``timeout``, ``startup_timeout``,
-  ``isolation``, ``reset_tool``, ``checker``, ``judge``, ``judge_base_url``.
+  ``isolation``, ``reset_tool``, ``checker``, ``judge``, ``judge_base_url``, ``snapshot_tools``, ``max_output_bytes``.
+
+A bare ``python`` / ``python3`` runs as this interpreter (``sys.executable``, said once on stderr). A stdio server
+runs under a supervisor that dies with this process (``env_tools/_mcp_process.py``): no server outlives its run,
+killed or not; one that cannot start is reported with its exit status and last stderr lines.
 
 Isolation (docs/mcp.md): ``isolation="session"`` (default) opens one MCP session per instance: one
 server process per instance over stdio, one MCP session id per instance over HTTP (isolated when the
@@ -21,12 +25,14 @@ a later episode of the same instance reuses the session, otherwise a fresh sessi
 
 Every call has a ``timeout`` (seconds): a tool that does not answer, an ``isError`` result, a protocol
 error or a server that died becomes an error observation (``Error: ...``); a server that cannot start,
-or dies before the checker can read its state, raises ``EnvironmentFailure``.
+or dies before the checker can read its state, raises ``EnvironmentFailure``. A result longer than
+``max_output_bytes`` (64 KiB) reaches the agent cut, with a note of how many bytes were dropped.
 
 Tasks: ``tasks="tasks.jsonl"`` (``load_mcp_tasks``). Scoring, per task: its ``checker``
 (``module:function``, called as ``checker(task, state, final_answer, calls)``; ``state.call(name, **args)``
 reads the server), else its ``check`` calls (read-only tool calls whose results must equal those of the
-task's ``reference`` replayed on a fresh session; the score is the fraction that match), else its
+task's ``reference`` replayed on a fresh session; the score is the fraction that match, a check call that fails
+on the episode's server being a mismatch), else its
 ``answer`` (the final answer must contain it), else the ``judge`` when one is given, else 0.0 with a warning in
 ``last_evaluation``.
 
@@ -47,6 +53,7 @@ import json
 import logging
 import numbers
 import shlex
+import sys
 import threading
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +66,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from env_tools._checks import answer_matches
+from env_tools._mcp_process import ServerStderr, cap_output, stdio_session
 from env_tools.langchain_tools import ToolsEnvironment, _render_content
 from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
@@ -83,8 +91,14 @@ _OPTION_KEYS = (
     "judge",
     "judge_base_url",
     "snapshot_tools",
+    "max_output_bytes",
 )
 _CLOSE_WAIT_S = 10.0
+_MAX_OUTPUT_BYTES = 65_536
+"""A tool result's default cap in the agent's observation (``max_output_bytes``): an 8 MB result once went whole
+into an observation and the trajectories file."""
+_PYTHONS = frozenset({"python", "python3"})
+_NOTED_INTERPRETER: set[str] = set()
 
 
 # -- the background loop ------------------------------------------------------------------------------------------
@@ -130,44 +144,71 @@ class _Connection:
         self.startup_timeout = startup_timeout
         self.tools: dict[str, BaseTool] = {}
         self.dead: str | None = None
+        self.stderr: ServerStderr | None = None
+        """A stdio server's stderr, exit status and pid (``env_tools/_mcp_process.py``)."""
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
 
     async def open(self) -> None:
         """Start the session (on the background loop); ``EnvironmentFailure`` when it does not come up."""
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready = ready
         self._stop = asyncio.Event()
         self._holder = asyncio.create_task(self._hold(ready))
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout)
         except TimeoutError:
             await self.close()
-            raise EnvironmentFailure(
-                f"The MCP server {self.label} did not start within {self.startup_timeout:g} s. Check that the "
-                "command runs on its own, or raise startup_timeout."
-            ) from None
+            raise EnvironmentFailure(await self._startup_failure(None)) from None
         except Exception as e:
             await self.close()
-            raise EnvironmentFailure(
-                f"Could not connect to the MCP server {self.label}: {type(e).__name__}: {e}. Check the command "
-                "line or URL (mcp:<command> or mcp:http://host:port/mcp)."
-            ) from e
+            raise EnvironmentFailure(await self._startup_failure(e)) from e
+
+    async def _startup_failure(self, error: Exception | None) -> str:
+        """Why the server did not come up: a stdio server's exit status and last stderr lines, not the
+        ``ExceptionGroup`` the transport raises when the process is gone."""
+        what = (f"did not start within {self.startup_timeout:g} s" if error is None
+                else f"could not be reached ({_leaf(error)})")  # fmt: skip
+        if self.stderr is None:
+            hint = ("Check that the command runs on its own, or raise startup_timeout." if error is None
+                    else "Check the command line or URL (mcp:<command> or mcp:http://host:port/mcp).")  # fmt: skip
+            return f"The MCP server {self.label} {what}. {hint}"
+        await self.stderr.wait_closed(2.0)
+        if error is None:  # its exit status is our kill's
+            what += " (it never answered MCP's initialize, and was stopped)"
+        elif self.stderr.exit_status is not None:
+            what = f"{self.stderr.describe()} before it finished starting (MCP initialize)"
+        return (f"The MCP server {self.label} {what}. Its last stderr lines:\n{self.stderr.tail()}\nRun the "
+                "command on its own to see it fail, or raise startup_timeout if it is only slow.")  # fmt: skip
+
+    def _session(self) -> Any:
+        """The session's context: a stdio server under its supervisor (``stdio_session``), else the adapters'."""
+        if self.connection.get("transport") == "stdio":
+            self.stderr = ServerStderr()
+            return stdio_session(self.connection, self.stderr)
+        from langchain_mcp_adapters.client import MultiServerMCPClient
+
+        return MultiServerMCPClient({"server": self.connection}).session("server")  # type: ignore[dict-item]
 
     async def _hold(self, ready: asyncio.Future[None]) -> None:
-        from langchain_mcp_adapters.client import MultiServerMCPClient
         from langchain_mcp_adapters.tools import load_mcp_tools
 
-        client = MultiServerMCPClient({"server": self.connection})  # type: ignore[dict-item]
         try:
-            async with client.session("server") as session:
+            async with self._session() as session:
                 tools = await load_mcp_tools(session)
                 self.tools = {t.name: t for t in tools}
+                if self.stderr is not None:
+                    self.stderr.echo_from_now()
                 ready.set_result(None)
                 assert self._stop is not None
                 await self._stop.wait()
         except BaseException as e:  # the session ended: record why, wake ``open`` if it still waits
             if not ready.done():
-                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+                if isinstance(e, Exception):
+                    ready.set_exception(e)
+                else:  # cancelled by ``close``: nobody waits for it any more
+                    ready.cancel()
             self.dead = self.dead or f"{type(e).__name__}: {e}"
             if not isinstance(e, Exception):
                 raise
@@ -212,14 +253,30 @@ class _Connection:
         return _render_content(output)
 
     async def close(self) -> None:
+        """End the session: let it close on its own (a stdio server gets EOF, then SIGTERM), cancel the task that
+        holds it when it does not (a server stuck in ``initialize`` never would), and SIGKILL a stdio server's
+        process group that is still there."""
         if self._stop is not None:
             self._stop.set()
-        if self._holder is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._holder), _CLOSE_WAIT_S)
-            except BaseException:  # noqa: BLE001 - the session's own end is recorded in ``dead``
-                pass
+        holder = self._holder
+        if holder is not None and not holder.done():
+            opened = self._ready is not None and self._ready.done() and not self._ready.cancelled()
+            if opened and self._ready.exception() is None:  # type: ignore[union-attr]
+                await asyncio.wait({holder}, timeout=_CLOSE_WAIT_S)
+            if not holder.done():
+                holder.cancel()
+                await asyncio.wait({holder}, timeout=_CLOSE_WAIT_S)
+        if self.stderr is not None and not await self.stderr.wait_closed(1.0):
+            self.stderr.kill()
+            await self.stderr.wait_closed(1.0)
         self.dead = self.dead or "closed"
+
+
+def _leaf(error: BaseException) -> str:
+    """The first real error inside (nested) exception groups: what the transport's ``TaskGroup`` hides."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"
 
 
 _SHARED: dict[str, _Connection] = {}
@@ -292,7 +349,20 @@ def parse_mcp_spec(spec: str) -> tuple[dict[str, Any], dict[str, str]]:
         argv = shlex.split(body)
     except ValueError as e:
         raise ConfigError(f"Could not split the command line of {spec!r}: {e}") from e
-    return {"transport": "stdio", "command": argv[0], "args": argv[1:]}, options
+    return {"transport": "stdio", "command": _interpreter(argv[0], spec), "args": argv[1:]}, options
+
+
+def _interpreter(command: str, spec: str) -> str:
+    """A bare ``python`` / ``python3`` is this interpreter (``sys.executable``), said once: the first ``python`` on
+    PATH is often not the one with the server's packages (a run without the venv activated failed that way)."""
+    if command not in _PYTHONS:
+        return command
+    if spec not in _NOTED_INTERPRETER:
+        _NOTED_INTERPRETER.add(spec)
+        logger.warning("%s: %r runs as this interpreter, %s (sys.executable), not the first %r on PATH; write "
+                       "its full path to run another.", spec.partition("#")[0], command, sys.executable,
+                       command)  # fmt: skip
+    return sys.executable
 
 
 # -- tasks --------------------------------------------------------------------------------------------------------
@@ -368,6 +438,8 @@ class McpEnvironment(ToolsEnvironment):
         judge_base_url: the OpenAI-compatible endpoint of a ``judge`` given as a spec (needed for ``policy:``).
         snapshot_tools: the read tools whose answers are the server's state (``state_snapshot``); a list or
             comma-separated names; ``None``: the argument-free ``list_*`` / ``get_*`` / ... tools.
+        max_output_bytes: a tool result longer than this (UTF-8 bytes) reaches the agent cut, with a note saying
+            how much was dropped (64 KiB; ``None``: no cap). Check calls and snapshots read the whole result.
         name: the environment name tasks are labelled with.
         options: ``ToolsEnvironment``'s other keyword arguments (``system_prompt``, ``profile``).
     """
@@ -385,6 +457,7 @@ class McpEnvironment(ToolsEnvironment):
         judge: Any = None,
         judge_base_url: str | None = None,
         snapshot_tools: list[str] | str | None = None,
+        max_output_bytes: int | None = _MAX_OUTPUT_BYTES,
         name: str = "mcp",
         **options: Any,
     ) -> None:
@@ -392,6 +465,10 @@ class McpEnvironment(ToolsEnvironment):
             raise ConfigError(f"isolation must be 'session' or 'shared', got {isolation!r}.")
         if float(timeout) <= 0 or float(startup_timeout) <= 0:
             raise ConfigError("timeout and startup_timeout must be positive numbers of seconds.")
+        if max_output_bytes is not None and (isinstance(max_output_bytes, bool) or int(max_output_bytes) < 1):
+            raise ConfigError(f"max_output_bytes must be a positive number of bytes (or None: no cap), got "
+                              f"{max_output_bytes!r}.")  # fmt: skip
+        self.max_output_bytes = None if max_output_bytes is None else int(max_output_bytes)
         if isinstance(tasks, str | Path):
             tasks = load_mcp_tasks(tasks, env=name)
         self.connection = dict(connection)
@@ -467,19 +544,23 @@ class McpEnvironment(ToolsEnvironment):
     def _factory(self, task: Task) -> tuple[McpState, list[BaseTool]]:
         state = self._prepared or _wait(self._start(task, fresh=True))
         self._prepared = None
-        return state, [self._forwarder(state, tool) for name, tool in state.connection.tools.items()
-                       if name not in state.hidden]  # fmt: skip
+        return state, [self._forwarder(state, tool, limit=self.max_output_bytes)
+                       for name, tool in state.connection.tools.items() if name not in state.hidden]  # fmt: skip
 
     @staticmethod
-    def _forwarder(state: McpState, tool: BaseTool) -> BaseTool:
-        """The agent's tool: the server's schema as it is, each call run on the background loop."""
+    def _forwarder(state: McpState, tool: BaseTool, *, limit: int | None = None) -> BaseTool:
+        """The agent's tool: the server's schema as it is, each call run on the background loop, its result (or
+        error text) cut to ``limit`` bytes with a note (``_capped``)."""
         conn, name = state.connection, tool.name
 
         def run(**arguments: Any) -> str:
-            return _wait(conn.call(name, arguments))
+            return _capped(lambda: _wait(conn.call(name, arguments)), limit)
 
         async def arun(**arguments: Any) -> str:
-            return await _await(conn.call(name, arguments))
+            try:
+                return cap_output(await _await(conn.call(name, arguments)), limit)
+            except ToolException as e:
+                raise ToolException(cap_output(str(e), limit)) from None
 
         return StructuredTool(name=name, description=tool.description, args_schema=tool.args_schema,
                               func=run, coroutine=arun, metadata=tool.metadata)  # fmt: skip
@@ -587,7 +668,8 @@ class McpEnvironment(ToolsEnvironment):
     async def _check_score(self, task: Task, state: McpState) -> float:
         """The fraction of ``check`` calls whose results equal those after replaying the reference."""
         checks = _calls(task.metadata["check"], f"task {task.id!r} 'check'")
-        got = [await _read(state, c) for c in checks]
+        read = [await _read_episode(state, c) for c in checks]
+        got, failed = [value for value, _ in read], [error for _, error in read if error is not None]
         twin = await self._start(task, fresh=True)
         try:
             for call in task.reference_solution or ():
@@ -598,8 +680,9 @@ class McpEnvironment(ToolsEnvironment):
             want = [await _read(twin, c) for c in checks]
         finally:
             await twin.connection.close()
-        matches = [_normal(a) == _normal(b) for a, b in zip(got, want, strict=True)]
-        self.last_evaluation = {"checks": len(checks), "matched": sum(matches)}
+        matches = [a is not _CHECK_FAILED and _normal(a) == _normal(b) for a, b in zip(got, want, strict=True)]
+        self.last_evaluation = {"checks": len(checks), "matched": sum(matches),
+                                **({"failed_checks": failed} if failed else {})}  # fmt: skip
         return sum(matches) / len(matches)
 
     async def aevaluate(self) -> float:
@@ -630,7 +713,18 @@ class McpEnvironment(ToolsEnvironment):
         """A fresh session (stdio: a fresh server process) of the same server, to replay a reference in."""
         return McpEnvironment(self.connection, timeout=self.timeout, startup_timeout=self.startup_timeout,
                               isolation=self.isolation, reset_tool=self.reset_tool,
-                              snapshot_tools=self.snapshot_tools, name=self.name)  # fmt: skip
+                              snapshot_tools=self.snapshot_tools, max_output_bytes=self.max_output_bytes,
+                              name=self.name)  # fmt: skip
+
+    def preflight(self) -> None:
+        """Start the server once and stop it; ``EnvironmentFailure`` (its exit status, its last stderr lines) when it
+        does not come up. What a command calls before its rollouts, so a broken server is one error, not one per
+        rollout (``trainers.evaluate``)."""
+        conn = self._new_connection()
+        try:
+            _wait(conn.open())
+        finally:
+            _wait(conn.close())
 
     def state_snapshot(self) -> dict[str, Any]:
         """The server's state as its read tools show it: what each of ``snapshot_tools`` answers now.
@@ -672,11 +766,33 @@ class McpEnvironment(ToolsEnvironment):
         return {**self._declared_profile, "operations": ops}
 
 
+def _capped(call: Any, limit: int | None) -> str:
+    try:
+        return cap_output(call(), limit)
+    except ToolException as e:
+        raise ToolException(cap_output(str(e), limit)) from None
+
+
 async def _read(state: McpState, call: ToolCall) -> str:
     try:
         return await state.connection.call(call.name, _arguments(call))
     except ToolException as e:
         raise EnvironmentFailure(f"A check call {call.name} failed: {e}") from e
+
+
+async def _read_episode(state: McpState, call: ToolCall) -> tuple[Any, str | None]:
+    """A check call on the episode's server: ``(its result, None)``, or ``(a value no result equals, the error)``
+    when the call fails while the server lives (``get_booking(B4)`` when the agent never booked: a mismatch, not a
+    broken environment); ``EnvironmentFailure`` when the server is gone."""
+    try:
+        return await state.connection.call(call.name, _arguments(call)), None
+    except ToolException as e:
+        if state.connection.dead is not None:
+            raise EnvironmentFailure(f"A check call {call.name} failed: {e}") from e
+        return _CHECK_FAILED, f"{call.name}: {e}"
+
+
+_CHECK_FAILED = object()
 
 
 def _arguments(call: ToolCall) -> dict[str, Any]:
@@ -713,6 +829,12 @@ def mcp_environment(name: str, **kwargs: Any) -> McpEnvironment:
     """The ``mcp:`` prefix factory: ``name`` is the whole ``mcp:...`` spec; ``kwargs`` override its ``#`` options."""
     connection, options = parse_mcp_spec(name)
     merged: dict[str, Any] = {**options, **kwargs}
+    if isinstance(merged.get("max_output_bytes"), str):
+        try:
+            merged["max_output_bytes"] = int(merged["max_output_bytes"])
+        except ValueError:
+            raise ConfigError(f"max_output_bytes in {name!r} must be a whole number of bytes, got "
+                              f"{merged['max_output_bytes']!r}.") from None  # fmt: skip
     for key in ("timeout", "startup_timeout"):
         if isinstance(merged.get(key), str):
             try:

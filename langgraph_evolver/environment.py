@@ -23,6 +23,7 @@ environments (``env_tools.client.RemoteEnvironment``) implement them natively.
 
 from __future__ import annotations
 
+import difflib
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -70,6 +71,11 @@ class Environment(ABC):
     def list_tasks(self, split: str = "train") -> list[Task]:
         """The environment's own tasks for ``split`` (``train`` / ``test``); empty if it has none."""
         return []
+
+    def list_splits(self) -> list[str]:
+        """The splits that hold tasks: what an error names when a command asks for a split that has none. The
+        default asks ``list_tasks`` for the usual ones; an environment with its own split names overrides it."""
+        return [split for split in ("train", "validation", "test") if self.list_tasks(split)]
 
     def profile(self) -> dict[str, Any]:
         """Entities, their attributes and operations (used by self-questioning)."""
@@ -150,19 +156,33 @@ def _resolve(name: str) -> EnvironmentFactory:
     if target is None:
         if "." not in name and ":" not in name and "/" not in name:
             raise ConfigError(
-                f"Unknown environment {name!r}. Registered: {', '.join(list_environments())}. "
+                f"Unknown environment {name!r}.{_nearest(name)} Registered: {', '.join(list_environments())}. "
                 "Pass a registered name, a dotted path such as 'my_pkg.envs:MyEnv', or a name with a registered "
                 f"prefix ({', '.join(sorted(_PREFIXES))} e.g. 'mcp:python my_server.py')."
             )
         target = name
     if isinstance(target, str):
         target = _import_factory(target, lambda e: (
-            f"Could not import environment {name!r} ({e}). Registered names: {', '.join(list_environments())}; "
-            "a dotted path must be 'module:attr' or 'module.attr' pointing at an Environment class or factory."
+            f"Could not import environment {name!r} ({e}).{_nearest(name)} Registered names: "
+            f"{', '.join(list_environments())}; prefixes: {', '.join(sorted(_PREFIXES))} (e.g. 'mcp:python "
+            "my_server.py'); a dotted path must be 'module:attr' or 'module.attr' pointing at an Environment class "
+            "or factory."
         ))  # fmt: skip
     if not callable(target):
         raise ConfigError(f"Environment {name!r} is a {type(target).__name__}, not an Environment class or factory.")
     return target
+
+
+def _nearest(name: str) -> str:
+    """`` Did you mean 'mcp:python srv.py'?`` for a misspelt prefix (``mpc:``) or registered name, else ``""``."""
+    head, colon, rest = name.partition(":")
+    if colon:
+        prefixes = {p.rstrip(":"): p for p in _PREFIXES if p.endswith(":")}
+        close = difflib.get_close_matches(head.lower(), list(prefixes), n=1, cutoff=0.6)
+        if close:
+            return f" Did you mean {prefixes[close[0]] + rest!r} (the {prefixes[close[0]]!r} prefix)?"
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=1, cutoff=0.75)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def _instantiate(name: str, target: EnvironmentFactory, kwargs: dict[str, Any]) -> Environment:

@@ -37,7 +37,10 @@ async def acall(env: McpEnvironment, name: str, **arguments: object):
 
 def test_spec_parsing_and_bad_options():
     connection, options = parse_mcp_spec("mcp:python srv.py --db 'a b'#tasks=t.jsonl&timeout=5")
-    assert connection == {"transport": "stdio", "command": "python", "args": ["srv.py", "--db", "a b"]}
+    # a bare python is this interpreter, not the first python on PATH (issue 38)
+    assert connection == {"transport": "stdio", "command": sys.executable, "args": ["srv.py", "--db", "a b"]}
+    assert parse_mcp_spec("mcp:python3 srv.py")[0]["command"] == sys.executable
+    assert parse_mcp_spec("mcp:python3.11 srv.py")[0]["command"] == "python3.11"  # a named one is left alone
     assert options == {"tasks": "t.jsonl", "timeout": "5"}
     assert parse_mcp_spec("mcp:http://127.0.0.1:9/mcp")[0] == {"transport": "streamable_http",
                                                                 "url": "http://127.0.0.1:9/mcp"}  # fmt: skip

@@ -27,6 +27,10 @@ same random numbers where their conversations agree, and the per-task difference
 evaluated twice with the same ``S`` repeats its samples (up to the endpoint's batch-dependent float
 rounding). The k samples of a task get different seeds. Without ``--seed`` nothing is seeded (as before).
 
+Before any rollout, an environment that can check itself (an MCP server: ``preflight``) is started once, so a
+server that cannot start is one error (exit 2) with its exit status and last stderr lines. ``--reference_policy``
+exits 1 when its check is NOT OK. ``--verbose`` shows the MCP servers' INFO logs (docs/mcp.md).
+
 ``--config`` reads a ``trainers.grpo`` YAML file (model, endpoint, environment, eval split, turn
 and token limits); flags given on the command line win. ``--adapter`` loads a trained LoRA
 adapter into the local server (or into any endpoint with the runtime LoRA API) and evaluates it.
@@ -45,6 +49,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -64,6 +69,8 @@ __all__ = [
     "failure_summary",
     "plumbing_report",
     "main",
+    "no_tasks_message",
+    "preflight",
     "make_parser",
     "select_tasks",
     "summarize",
@@ -304,6 +311,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--output_dir", default="runs/evaluate")
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="show the MCP servers' INFO logs (EVOLVER_MCP_LOG_LEVEL=INFO; quiet by default)")  # fmt: skip
     p.add_argument("--reference_policy", action="store_true",
                    help="check the plumbing on your own domain: play each task's reference solution through your "
                    "graph (a scripted model, no endpoint), then its answer; a correct setup scores 1.0 with every "
@@ -362,6 +371,40 @@ def load_tasks(env: str, split: str, task_store: str | None) -> list[Any]:
     return stored_tasks(task_store, label=f"--task_store {task_store}", make_hint=make)
 
 
+def no_tasks_message(env: str, split: str, categories: str | None) -> str:
+    """Why a run has nothing to evaluate, with the splits that do hold tasks and the flag that picks one."""
+    if categories:
+        return f"Environment {env!r} has no tasks in split {split!r} in categories {categories}."
+    from langgraph_evolver.environment import load_environment
+
+    instance = load_environment(env)
+    try:
+        found = {name: len(instance.list_tasks(name)) for name in instance.list_splits()}
+    finally:
+        instance.close()
+    where = f"no tasks in split {split!r}"
+    if not found:
+        return (f"Environment {env!r} has {where}, nor in any other split: give it tasks (an MCP server: "
+                "#tasks=tasks.jsonl) or evaluate stored ones with --task_store.")  # fmt: skip
+    listed = ", ".join(f"{name!r} ({count} tasks)" for name, count in found.items())
+    hint = (" (an MCP task without \"split\" is in 'train'; give held-out tasks \"split\": \"test\")"
+            if env.startswith("mcp:") else "")  # fmt: skip
+    first = next(iter(found))
+    return f"Environment {env!r} has {where}; its tasks are in {listed}. Choose one with --split {first}{hint}."
+
+
+def preflight(env_factory: Any, task: Any) -> None:
+    """Start the environment once before any rollout when it can check itself (an MCP server: ``preflight``), so a
+    server that cannot start is one error with its cause, not one per rollout."""
+    env = env_factory(task)
+    try:
+        check = getattr(env, "preflight", None)
+        if callable(check):
+            check()
+    finally:
+        env.close()
+
+
 def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[str, Any]) -> None:
     """``out/trajectories.jsonl`` and ``out/summary.json`` (what every evaluation leaves behind)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -399,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     args = parser.parse_args(argv)
+    if args.verbose:  # the MCP servers this run starts log at INFO (env_tools/_mcp_process.py)
+        os.environ["EVOLVER_MCP_LOG_LEVEL"] = "INFO"
     out = Path(args.output_dir)
     try:
         agent = None
@@ -410,10 +455,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                              reward=args.reward)  # fmt: skip
         tasks = select_tasks(load_tasks(args.env, args.split, args.task_store), args.categories, args.limit)
         if not tasks:
-            raise EvolverError(f"Environment {args.env!r} has no tasks in split {args.split!r}"
-                               + (f" in categories {args.categories}." if args.categories else "."))  # fmt: skip
+            raise EvolverError(no_tasks_message(args.env, args.split, args.categories))
         check_task_environments(tasks, args.env, args.split)
         env_factory = None if args.env_url else environment_factory(args.env)  # what --env names runs
+        if env_factory is not None:
+            preflight(env_factory, tasks[0])
         server = None
         if args.reference_policy:
             if not any(t.reference_solution for t in tasks):
@@ -469,6 +515,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.reference_policy:
         print(plumbing_text(figures["plumbing"]), file=sys.stderr)
     print(json.dumps(figures))
+    if args.reference_policy and not figures["plumbing"]["ok"]:
+        print("error: the --reference_policy check is NOT OK (above): fix the environment, checker or capture "
+              "before evaluating or training a policy on it", file=sys.stderr)  # fmt: skip
+        raise SystemExit(1)
     if (reason := too_many_failures(figures, args.max_failed_share, "the evaluation")) is not None:
         print(f"error: {reason}", file=sys.stderr)
         raise SystemExit(1)
