@@ -137,6 +137,10 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+_REFUSED_LINGER_S = 1.0
+"""How long a connection refused by ``guarded_http`` stays open for its client to read the answer."""
+
+
 def _raw_answer(status: str, message: str) -> bytes:
     """A whole HTTP/1.1 answer that closes the connection, with ``{"error": {"message", "type"}}`` as its body."""
     body = json.dumps({"error": {"message": message, "type": "bad_request"}}).encode()
@@ -169,7 +173,7 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._guard_cycle = self.cycle
+            self._guard_cycle, self._refused = self.cycle, False
             self._await_headers()
 
         def _await_headers(self) -> None:
@@ -187,6 +191,8 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
             return True
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # what a refused client still sends is dropped, not parsed or held
             super().data_received(data)
             if self._header_timer is None or self._headers_done() or self.transport.is_closing():
                 return
@@ -214,7 +220,12 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
                 self._header_timer.cancel()
                 self._header_timer = None
             self.transport.write(_raw_answer(status, message))
-            self.transport.close()
+            # Closing with the client's bytes unread would reset the connection before it reads the answer: end
+            # our side, drop what still comes for a second, then close.
+            self._refused = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(_REFUSED_LINGER_S, self.transport.close)
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._header_timer is not None:
