@@ -129,9 +129,9 @@ def _check_adapter_fits(model: Any, config: Any, saved: dict[str, torch.Tensor],
         wanted = pattern.get(get_pattern_key(pattern.keys(), module), rank)
         if wanted != saved_rank:
             raise GenerationError(
-                f"The LoRA adapter at {path!r} does not match its own config: adapter_config.json gives {module} "
-                f"rank {wanted}, its tensors in {ADAPTER_WEIGHTS} have rank {saved_rank}. Save the adapter again "
-                "with save_pretrained; nothing was loaded."
+                f"The LoRA adapter at {path!r} does not fit the served model: its adapter_config.json gives "
+                f"{module} rank {wanted}, but its tensors in {ADAPTER_WEIGHTS} have rank {saved_rank} (a config "
+                "saved apart from its weights?). Save the adapter again with save_pretrained; nothing was loaded."
             )
     if getattr(config, "target_modules", None) == "all-linear":
         return  # peft expands it while injecting; the ranks above bound what that allocates
