@@ -158,7 +158,8 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     (the keep-alive timeout restarts on every byte). Here a request whose line and headers pass
     ``max_header_bytes`` is answered 431 and its connection closed; a connection that has not sent a request's
     whole line and headers ``header_timeout_s`` after it opened (or after the previous answer) gets a 408 and is
-    closed. A request's body is not under either: ``BodyLimitMiddleware`` caps it.
+    closed (without the 408 when it sent nothing: an idle connection). A request's body is not under either:
+    ``BodyLimitMiddleware`` caps it.
     """
     if max_header_bytes < 1 or not header_timeout_s > 0:
         raise ValueError(f"max_header_bytes and header_timeout_s must be positive, got {max_header_bytes} and "
@@ -173,18 +174,19 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._guard_cycle, self._refused = self.cycle, False
+            self._guard_cycle, self._refused, self._header_bytes = self.cycle, False, 0
             self._await_headers()
 
         def _await_headers(self) -> None:
-            self._header_bytes = 0
             self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
 
         def _headers_done(self) -> bool:
-            """Whether the request being read has all its headers (uvicorn made its cycle): stop the guards."""
+            """Whether a request's headers were parsed since the last call (uvicorn made its cycle): stop the
+            guards until the next request. A pipelined request's head, sent while an answer is on its way, is
+            counted from the end of the previous body; its deadline starts with that answer."""
             if self.cycle is self._guard_cycle:
                 return False
-            self._guard_cycle = self.cycle
+            self._guard_cycle, self._header_bytes = self.cycle, 0
             if self._header_timer is not None:
                 self._header_timer.cancel()
                 self._header_timer = None
@@ -193,8 +195,9 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return  # what a refused client still sends is dropped, not parsed or held
+            between = self.cycle is None or not self.cycle.more_body  # no body is being read: this is a head
             super().data_received(data)
-            if self._header_timer is None or self._headers_done() or self.transport.is_closing():
+            if self._headers_done() or not between or self.transport.is_closing():
                 return
             self._header_bytes += len(data)
             if self._header_bytes > max_header_bytes:
@@ -209,7 +212,11 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 
         def _headers_too_slow(self) -> None:
             self._header_timer = None
-            if not self._headers_done() and not self.transport.is_closing():
+            if self._headers_done() or self.transport.is_closing():
+                return
+            if not self._header_bytes:  # an idle connection: closed quietly, as uvicorn's keep-alive timeout does
+                self.transport.close()
+            else:
                 self._refuse("408 Request Timeout",
                              f"The request line and headers did not arrive within {header_timeout_s:g} s of the "
                              "connection being ready for them (--header-timeout).")  # fmt: skip
