@@ -553,6 +553,10 @@ class ToolsEnvironment(Environment):
     def list_tasks(self, split: str = "train") -> list[Task]:
         return list(self._tasks.get(split, ()))
 
+    def task_splits(self) -> list[str]:
+        """The splits this environment has tasks in (``env_tools.server`` looks a task sent whole up in them)."""
+        return list(self._tasks)
+
     def profile(self) -> dict[str, Any]:
         """The declared profile plus ``operations`` derived from the tool schemas.
 

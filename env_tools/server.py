@@ -292,8 +292,12 @@ class _Catalog:
             return self._by_split[split]
 
     def own_task(self, task_id: str, split: str) -> Task | None:
-        """The service's own task ``task_id``: in ``split``, a split listed before, or a usual split name."""
-        for name in dict.fromkeys([split, *self._by_split, *_SPLITS]):
+        """The service's own task ``task_id``: in ``split``, the environment's splits when it can name them
+        (``task_splits()``, as ``ToolsEnvironment`` and so MCP environments can), a split listed before, or a
+        usual split name."""
+        named = getattr(self._env, "task_splits", None)
+        splits = list(named()) if callable(named) else []
+        for name in dict.fromkeys([split, *splits, *self._by_split, *_SPLITS]):
             try:
                 found = self.tasks(name).get(task_id)
             except ServiceError:  # a split the environment does not have

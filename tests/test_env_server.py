@@ -650,7 +650,11 @@ def mcp_with_checker(tmp_path: Path) -> tuple[str, Path]:
     """An MCP environment whose tasks file names this module's checker, and a file that marks when it runs."""
     (tmp_path / "evil.py").write_text(EVIL)
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"id": "own", "query": "Say done.", "checker": f"{__name__}:own_checker"}) + "\n")
+    rows = [
+        {"id": "own", "query": "Say done.", "checker": f"{__name__}:own_checker"},
+        {"id": "kept-apart", "split": "heldout", "query": "Say done.", "checker": f"{__name__}:own_checker"},
+    ]
+    tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return f"mcp:{sys.executable} {MCP_SERVER}#tasks={tasks}", tmp_path
 
 
@@ -672,6 +676,9 @@ def test_a_task_sent_over_http_that_names_a_checker_is_refused_and_never_runs(mc
         [own] = remote.list_tasks("train")
         assert own.metadata["checker"] == f"{__name__}:own_checker"
         remote.reset(own)
+        assert remote.step(Action(content="done")).done and remote.evaluate() == 1.0
+        [apart] = load_environment(spec).list_tasks("heldout")  # a split the service was never asked to list
+        remote.reset(apart)
         assert remote.step(Action(content="done")).done and remote.evaluate() == 1.0
         remote.close()
     assert not (tmp / "ran").exists(), "the client-named checker ran"
