@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from env_tools._instances import ServiceError, error_body
 from langgraph_evolver._serving import BearerAuthMiddleware as _BearerAuth
-from langgraph_evolver._serving import drain_request, send_json_error
+from langgraph_evolver._serving import BodyLimitMiddleware as _BodyLimit
+from langgraph_evolver._serving import send_json_error
 
 __all__ = ["BearerAuthMiddleware", "BodyLimitMiddleware", "FastRoute", "InstanceFastPath"]
 
@@ -43,47 +44,18 @@ class BearerAuthMiddleware(_BearerAuth):
         super().__init__(app, token=token, open_paths=open_paths, refusal=_refusal)
 
 
-class BodyLimitMiddleware:
-    """Answer 413 to request bodies over ``max_bytes`` (declared or streamed)."""
+class BodyLimitMiddleware(_BodyLimit):
+    """Answer 413 to request bodies over ``max_bytes`` (declared or streamed), in ``error_body`` shape."""
 
     def __init__(self, app: Any, *, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+        def refusal(size: str) -> dict[str, Any]:
+            message = (
+                f"The request body is {size} bytes, over this service's limit of {max_bytes} bytes. Send a "
+                "smaller request, or start the service with a larger --max-request-bytes."
+            )
+            return error_body(message, "payload_too_large")
 
-    async def _reject(self, receive: Any, send: Any, size: str) -> None:
-        await drain_request(receive, 16 * self.max_bytes)
-        message = (
-            f"The request body is {size} bytes, over this service's limit of {self.max_bytes} bytes. Send a "
-            "smaller request, or start the service with a larger --max-request-bytes."
-        )
-        await _send_error(send, 413, message, "payload_too_large")
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._reject(receive, send, declared.decode())
-        chunks, total, more = [], 0, True
-        while more:  # buffer the body (chunked bodies have no declared length)
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > self.max_bytes:
-                return await self._reject(receive, send, f"more than {total}")
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        super().__init__(app, max_bytes=max_bytes, refusal=refusal)
 
 
 class InstanceFastPath:

@@ -652,7 +652,8 @@ class McpEnvironment(ToolsEnvironment):
 
     def _score(self, task: Task, state: McpState, final_answer: str | None, calls: list[ToolCall]) -> float:
         own = task.metadata.get("checker")
-        checker = load_object(own, what="checker") if isinstance(own, str) else self._default_checker
+        checker = load_object(self._own_checker(task, own), what="checker") if isinstance(own, str) else (
+            self._default_checker)  # fmt: skip
         if checker is not None:
             return checker(task, state, final_answer, calls)
         if task.metadata.get("check"):
@@ -664,6 +665,16 @@ class McpEnvironment(ToolsEnvironment):
         logger.warning("MCP environment %s: %s", self.label, warning)
         self.last_evaluation = {"score": 0.0, "warning": warning}
         return 0.0
+
+    def _own_checker(self, task: Task, name: str) -> str:
+        """``name`` when one of this environment's own tasks (its tasks file) names that checker; code named by a
+        task from anywhere else (an HTTP client of ``env_tools.server``, a synthesized task) is never imported."""
+        if any(t.metadata.get("checker") == name for tasks in self._tasks.values() for t in tasks):
+            return name
+        raise EnvironmentFailure(f"Task {task.id!r} names the checker {name!r}, which no task of this environment's "
+                                 "own tasks names: only the checkers of the environment's tasks file run, never code "
+                                 "a task from elsewhere names. Put the task in the tasks file (tasks=...), or give "
+                                 "it 'check' calls or an 'answer' instead.")  # fmt: skip
 
     async def _check_score(self, task: Task, state: McpState) -> float:
         """The fraction of ``check`` calls whose results equal those after replaying the reference."""

@@ -19,9 +19,17 @@ Endpoints (JSON; every error is ``{"error": {"message", "type"}}``):
   ``evaluate`` for the error)
 - ``DELETE /instances/{id}``
 
+A task sent whole (``{"task": {...}}``) never names code for the service to run: one whose metadata holds a
+``checker`` (``module:function``, ``path/file.py:function`` or any other value) is refused with 400
+(``task_names_code``) unless it is the service's own task of that id with that same checker (as
+``RemoteEnvironment.reset`` sends the tasks of ``GET /tasks`` back). Only the checkers of the service's
+own task files run.
+
 Limits: at most ``max_instances`` live instances (429 with ``Retry-After`` beyond), instances idle longer than
 ``idle_timeout_s`` are closed by a background sweep (their id then answers 404 "expired"),
-request bodies over ``max_request_bytes`` are refused (413). An exception inside the
+request bodies over ``max_request_bytes`` are refused (413); on the command line, a request line and headers
+over ``--max-header-bytes`` (431) or not sent within ``--header-timeout`` seconds (408) close the connection,
+and a non-loopback ``--host`` needs ``--token`` (or ``--insecure``). An exception inside the
 environment becomes a JSON error (400 for ``EnvironmentFailure``, else 500); the service keeps
 serving. Environment calls run in a thread pool; each instance has its own lock, so calls to
 one instance are serialized while different instances run concurrently. The instance endpoints
@@ -59,6 +67,7 @@ except ImportError:  # pragma: no cover
 
 from env_tools._instances import InstanceTable, ServiceError, error_body
 from env_tools._middleware import BearerAuthMiddleware, BodyLimitMiddleware, FastRoute, InstanceFastPath
+from langgraph_evolver._serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES, check_bind, uvicorn_guards
 from langgraph_evolver.environment import Environment, load_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Task
@@ -86,6 +95,10 @@ _STEP_HINT = (
 _CREATE_HINT = 'Send {"task": <Task.to_dict()>} or {"task_id": "...", "split": "train"}.'
 _STEP_QUERIES = {b"": False, b"evaluate_if_done=true": True, b"evaluate_if_done=false": False}
 _WORKER_THREADS = 40  # as many as Starlette's threadpool allows
+_CODE_KEYS = ("checker",)
+"""Task metadata keys whose value names code for the environment to run (the MCP environment's ``checker``)."""
+_SPLITS = ("train", "test", "validation", "val", "dev")
+"""Splits searched for the service's own copy of a task sent whole, after the request's and those listed."""
 _EVALUATE_IF_DONE = (
     "When this step ends the episode, evaluate the instance too and answer its score as 'score' (left out "
     "when the evaluation fails: POST /instances/{instance_id}/evaluate then says why)."
@@ -278,6 +291,19 @@ class _Catalog:
                 self._by_split[split] = {t.id: t for t in tasks}
             return self._by_split[split]
 
+    def own_task(self, task_id: str, split: str) -> Task | None:
+        """The service's own task ``task_id``: in ``split``, the environment's splits when it can name them
+        (``Environment.list_splits()``), a split listed before, or a usual split name."""
+        splits = _guarded("list_splits()", self._env.list_splits) if hasattr(self._env, "list_splits") else []
+        for name in dict.fromkeys([split, *splits, *self._by_split, *_SPLITS]):
+            try:
+                found = self.tasks(name).get(task_id)
+            except ServiceError:  # a split the environment does not have
+                continue
+            if found is not None:
+                return found
+        return None
+
     def profile(self) -> dict[str, Any]:
         with self._lock:
             return _guarded("profile()", self._env.profile)
@@ -304,9 +330,29 @@ class _InstanceWork:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, lambda: _encode(what, call()))
 
+    def _refuse_named_code(self, task: Task, split: str) -> None:
+        """400 when a task sent whole names code, unless it is the service's own task with that same code."""
+        for key in _CODE_KEYS:
+            if key not in task.metadata:
+                continue
+            value = task.metadata[key]
+            own = self._catalog.own_task(task.id, split)
+            if own is not None and key in own.metadata and own.metadata[key] == value:
+                continue  # the service's own task sent back whole, as RemoteEnvironment.reset sends it
+            shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
+            raise ServiceError(
+                400,
+                f"Task {task.id!r} names code to run (metadata.{key} = {shown}), and tasks sent over HTTP may not "
+                f"name code: only the checkers of the service's own task files run. Drop {key!r} from the task (it "
+                "is then scored by its 'check' calls or 'answer'), or create the instance from one of the service's "
+                'own tasks: {"task_id": "...", "split": "..."} (GET /tasks lists them).',
+                "task_names_code",
+            )
+
     def create(self, body: CreateInstanceRequest) -> dict[str, Any]:
         if body.task is not None:
             task = Task.from_dict(body.task.model_dump())
+            self._refuse_named_code(task, body.split)
         else:
             known = self._catalog.tasks(body.split)
             found = known.get(body.task_id or "")
@@ -448,7 +494,8 @@ _ERROR_BODY_SCHEMA = {
     },
 }
 _ERRORS = {
-    400: "The body is not JSON, or the environment refused the call (a bad split, task or action).",
+    400: "The body is not JSON, a task sent whole names code (a checker), or the environment refused the call (a "
+    "bad split, task or action).",
     401: "Missing or wrong bearer token: send 'Authorization: Bearer <token>' (the service's --token).",
     404: "Unknown task id, or an instance that expired, was released or never existed.",
     413: "The request body is over the service's --max-request-bytes.",
@@ -631,6 +678,24 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle instance is released")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request body (default: 1 MiB)")
     p.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help=f"largest request line + headers; larger is a 431 (default: {DEFAULT_MAX_HEADER_BYTES})",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        help="seconds a connection has to send a request's line and headers; slower is a 408 "
+        f"(default: {DEFAULT_HEADER_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on a non-loopback --host without a token (refused otherwise)",
+    )
+    p.add_argument(
         "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="environment keyword argument, repeatable"
     )
     p.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
@@ -641,6 +706,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = make_parser().parse_args(argv)
     import uvicorn
 
+    if args.token is not None and args.token != args.token.strip():
+        sys.exit("error: the token (--token or $EVOLVER_ENV_TOKEN) has spaces or a newline around it; clients send "
+                 "it without them, so it would never match. Remove them.")  # fmt: skip
+    check_bind(
+        args.host,
+        secret=args.token,
+        insecure=args.insecure,
+        refusal=(
+            f"error: refusing to serve on {args.host} without a token: anyone who can reach this address could run "
+            "rollouts in the environment. Set $EVOLVER_ENV_TOKEN (or --token) and give it to the clients "
+            "(RemoteEnvironment(url, token=...)), bind --host 127.0.0.1, or pass --insecure on a network you trust."
+        ),
+    )
+    try:
+        guards = uvicorn_guards(max_header_bytes=args.max_header_bytes, header_timeout_s=args.header_timeout)
+    except ValueError as e:
+        sys.exit(f"error: --max-header-bytes / --header-timeout: {e}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(
@@ -654,9 +736,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ConfigError as e:
         sys.exit(f"error: {e}")
     if not args.token and args.host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning("Serving on %s without a token: anyone who can reach it can use it. Pass --token.", args.host)
+        logger.warning("Serving on %s without a token (--insecure): anyone who can reach it can use it.", args.host)
     logger.info("Serving environment %r on http://%s:%d", args.env, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **guards)
 
 
 if __name__ == "__main__":

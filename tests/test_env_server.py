@@ -31,14 +31,15 @@ from env_tools.client import (
     aclose_shared_clients,
     remote_environment_factory,
 )
-from env_tools.server import create_app, make_parser, parse_env_args
-from langgraph_evolver._serving import free_port, serve_in_background
+from env_tools.server import create_app, main, make_parser, parse_env_args
+from langgraph_evolver._serving import DEFAULT_MAX_HEADER_BYTES, free_port, serve_in_background
 from langgraph_evolver.environment import Environment, load_environment, register_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall
 
 TOKEN = "test-token"
 ROOT = Path(__file__).resolve().parents[1]
+MCP_SERVER = Path(__file__).with_name("mcp_todo_server.py")
 
 
 @pytest.fixture(scope="session")
@@ -626,3 +627,90 @@ def test_documented_command_serves(tasks):
         [sys.executable, "-m", "env_tools.server", "--env", "no-such-env"], cwd=ROOT, capture_output=True, timeout=60
     )
     assert bad.returncode != 0 and b"Unknown environment" in bad.stderr
+
+
+# -- tasks sent over HTTP never name code (issue 38) --------------------------------------------------
+EVIL = """import pathlib
+pathlib.Path(__file__).with_name("ran").write_text("imported")
+
+
+def check(task, state, final_answer, calls):
+    pathlib.Path(__file__).with_name("ran").write_text("called")
+    return 1.0
+"""
+
+
+def own_checker(task: Task, state: Any, final_answer: str | None, calls: list[ToolCall]) -> float:
+    """The checker the service's own tasks file names."""
+    return 1.0 if final_answer == "done" else 0.0
+
+
+@pytest.fixture
+def mcp_with_checker(tmp_path: Path) -> tuple[str, Path]:
+    """An MCP environment whose tasks file names this module's checker, and a file that marks when it runs."""
+    (tmp_path / "evil.py").write_text(EVIL)
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [
+        {"id": "own", "query": "Say done.", "checker": f"{__name__}:own_checker"},
+        {"id": "kept-apart", "split": "heldout", "query": "Say done.", "checker": f"{__name__}:own_checker"},
+    ]
+    tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return f"mcp:{sys.executable} {MCP_SERVER}#tasks={tasks}", tmp_path
+
+
+def test_a_task_sent_over_http_that_names_a_checker_is_refused_and_never_runs(mcp_with_checker, monkeypatch):
+    spec, tmp = mcp_with_checker
+    monkeypatch.syspath_prepend(str(tmp))  # so that "evil:check" would import, were it ever imported
+    evil = tmp / "evil.py"
+    named = [f"{evil}:check", "evil:check", "evil.check", f"{evil}", {"module": "evil", "function": "check"}]
+    with serve_in_background(create_app(spec)) as url, httpx.Client(base_url=url, timeout=60) as http:
+        for checker in named:
+            for task_id in ("own", "mine"):  # the service's own task id with another checker, or a new task
+                task = {"id": task_id, "query": "Say done.", "metadata": {"checker": checker}}
+                response = http.post("/instances", json={"task": task})
+                assert_error(response, 400, "may not name code", "only the checkers of the service's own task")
+                assert response.json()["error"]["type"] == "task_names_code"
+        assert http.get("/health").json()["instances"] == 0
+        # the service's own task, sent back whole as RemoteEnvironment.reset sends it: its own checker runs
+        remote = RemoteEnvironment(url)
+        [own] = remote.list_tasks("train")
+        assert own.metadata["checker"] == f"{__name__}:own_checker"
+        remote.reset(own)
+        assert remote.step(Action(content="done")).done and remote.evaluate() == 1.0
+        [apart] = load_environment(spec).list_tasks("heldout")  # a split the service was never asked to list
+        remote.reset(apart)
+        assert remote.step(Action(content="done")).done and remote.evaluate() == 1.0
+        remote.close()
+    assert not (tmp / "ran").exists(), "the client-named checker ran"
+
+
+def test_an_mcp_environment_imports_only_the_checkers_its_own_tasks_name(mcp_with_checker):
+    spec, tmp = mcp_with_checker
+    env = load_environment(spec)
+    try:  # a task from elsewhere (a synthesized task, a caller of the Python API) that names a file
+        env.reset(Task(id="own", query="Say done.", env=spec, metadata={"checker": f"{tmp / 'evil.py'}:check"}))
+        env.step(Action(content="done"))
+        with pytest.raises(EnvironmentFailure, match="only the checkers of the environment's tasks file run"):
+            env.evaluate()
+    finally:
+        env.close()
+    assert not (tmp / "ran").exists()
+
+
+def test_a_public_address_needs_a_token_or_insecure(monkeypatch):
+    import uvicorn
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
+    monkeypatch.delenv("EVOLVER_ENV_TOKEN", raising=False)
+    with pytest.raises(SystemExit, match="refusing to serve on 0.0.0.0 without a token.*--insecure"):
+        main(["--host", "0.0.0.0"])
+    with pytest.raises(SystemExit, match="spaces or a newline"):
+        main(["--host", "0.0.0.0", "--token", "s3cret\n"])
+    assert calls == []
+    main(["--host", "0.0.0.0", "--insecure"])
+    main(["--host", "0.0.0.0", "--token", "s3cret"])
+    main(["--host", "::1", "--max-header-bytes", "4096", "--header-timeout", "3"])
+    assert [c["host"] for c in calls] == ["0.0.0.0", "0.0.0.0", "::1"]
+    assert [c["h11_max_incomplete_event_size"] for c in calls] == [DEFAULT_MAX_HEADER_BYTES] * 2 + [4096]
+    assert all(c["http"].__name__ == "GuardedHTTP" for c in calls)

@@ -13,13 +13,19 @@ still succeed.
 
 ``HOSTILE_*`` hold what the generator never draws: text with a lone surrogate (JSON can escape one, UTF-8 cannot
 carry it) and integers past 64 bits. Each was a 500 before (issue 24).
+
+The limits (issue 38), on both services: a 30 MB body (declared or chunked) is a 413 within 10 s; a request line +
+headers over the limit is a 431; a connection that trickles its headers is a 408 and closed after the header
+timeout, however many do so at once. Each service answers normally afterwards.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import hypothesis
@@ -51,6 +57,8 @@ SETTINGS = settings(
 )
 CONFIG = schemathesis.Config.from_dict({"seed": 0, "generation": {"deterministic": True}})
 MESSAGES = [{"role": "user", "content": "What is Pia's phone number?"}]
+HEADER_TIMEOUT_S = 1.5
+"""Both services' header timeout here (10 s on the command line), so that the trickling test is short."""
 
 
 def fuzz(url: str, session: requests.Session, *, prepare: Any = None) -> tuple[list[str], dict[str, int]]:
@@ -101,7 +109,7 @@ def assert_no_failures(failures: list[str]) -> None:
 # -- the environment service -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def env_service() -> Iterator[str]:
-    with serve_in_background(create_env_app("sandbox")) as url:
+    with serve_in_background(create_env_app("sandbox"), header_timeout_s=HEADER_TIMEOUT_S) as url:
         yield url
 
 
@@ -165,7 +173,7 @@ def test_env_service_refuses_hostile_values_with_4xx(env_service: str, name: str
 def policy_server() -> Iterator[str]:
     # runtime updates off, as on the command line: the weight routes answer 403 without reading anything
     app = create_policy_app(TINY_POLICY, max_new_tokens_cap=4, max_batch_size=4, allow_runtime_updates=False)
-    with serve_in_background(app) as url:
+    with serve_in_background(app, header_timeout_s=HEADER_TIMEOUT_S) as url:
         yield url
 
 
@@ -214,3 +222,109 @@ def test_policy_server_refuses_hostile_values_with_4xx(policy_server: str, name:
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         assert response.json()["error"]["message"]
+
+
+# -- the limits of both services (issue 38) -----------------------------------------------------------------------
+SERVICES = {"env service": ("env_service", "/instances"), "policy server": ("policy_server", "/v1/chat/completions")}
+
+
+def _still_serves(name: str, url: str) -> None:
+    if name == "env service":
+        assert requests.get(f"{url}/health", timeout=10).json()["status"] == "ok"
+        created = requests.post(f"{url}/instances", json={"task": {"id": "t", "query": "q"}}, timeout=30)
+        assert created.status_code == 200, created.text
+    else:
+        assert requests.get(f"{url}/health", timeout=10).status_code == 200
+        answer = requests.post(f"{url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1}, timeout=60)
+        assert answer.status_code == 200, answer.text
+
+
+def _raw(url: str, data: bytes, *, wait_s: float = 10.0) -> bytes:
+    """Send ``data`` on a fresh connection and read until the server closes it (at most ``wait_s``)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=wait_s) as sock:
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+@pytest.mark.parametrize("name", list(SERVICES))
+def test_a_30_mb_body_is_refused_with_413_within_10_s_and_the_service_keeps_serving(name: str, request) -> None:
+    fixture, path = SERVICES[name]
+    url = request.getfixturevalue(fixture)
+    body = b'{"messages": [{"role": "user", "content": "' + b"a" * (30 << 20) + b'"}]}'
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the cap applies as the body streams in
+        for start in range(0, len(body), 1 << 20):
+            yield body[start : start + (1 << 20)]
+
+    for data in (body, chunked()):
+        started = time.monotonic()
+        response = requests.post(f"{url}{path}", data=data, headers={"Content-Type": "application/json"}, timeout=30)
+        took = time.monotonic() - started
+        assert response.status_code == 413, response.text[:300]
+        assert "--max-request-bytes" in response.json()["error"]["message"]
+        assert took < 10, f"the 413 took {took:.1f} s"
+        _still_serves(name, url)
+        print(f"{name}: 30 MB body ({'declared' if isinstance(data, bytes) else 'chunked'}): 413 in {took:.2f} s")
+
+
+@pytest.mark.parametrize("name", list(SERVICES))
+def test_headers_over_the_limit_are_refused_with_431(name: str, request) -> None:
+    url = request.getfixturevalue(SERVICES[name][0])
+    answer = _raw(url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20))  # never finished
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert b"--max-header-bytes" in answer
+    _still_serves(name, url)
+
+
+@pytest.mark.parametrize("name", list(SERVICES))
+def test_connections_that_trickle_their_headers_are_closed_after_the_header_timeout(name: str, request) -> None:
+    url = request.getfixturevalue(SERVICES[name][0])
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+
+    def trickle(i: int) -> tuple[float, bytes]:
+        """One header byte every 0.1 s (each byte would restart uvicorn's keep-alive timeout) until closed; every
+        other connection first has a request answered (the deadline starts again after each answer)."""
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            if i % 2:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += sock.recv(65536)
+                assert head.startswith(b"HTTP/1.1 200"), head
+            started = time.monotonic()
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            sock.settimeout(0.1)
+            while time.monotonic() - started < 10:
+                try:
+                    sock.sendall(b"a")
+                    if answer := sock.recv(65536):
+                        return time.monotonic() - started, answer
+                except TimeoutError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+            return time.monotonic() - started, b""
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        held = list(pool.map(trickle, range(20)))
+    for took, answer in held:
+        assert HEADER_TIMEOUT_S - 0.5 < took < HEADER_TIMEOUT_S + 3, took
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    _still_serves(name, url)
+    print(f"{name}: 20 trickling connections answered 408 after {min(t for t, _ in held):.2f}-"
+          f"{max(t for t, _ in held):.2f} s (header timeout {HEADER_TIMEOUT_S} s)")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SERVICES))
+def test_an_idle_connection_is_closed_quietly_after_the_header_timeout(name: str, request) -> None:
+    url = request.getfixturevalue(SERVICES[name][0])
+    started = time.monotonic()
+    assert _raw(url, b"") == b""  # no 408 to a connection that sent nothing: a client may reuse it meanwhile
+    assert HEADER_TIMEOUT_S - 0.2 < time.monotonic() - started < HEADER_TIMEOUT_S + 3

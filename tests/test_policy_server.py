@@ -21,6 +21,7 @@ import httpx
 import pytest
 import torch
 
+from tests.conftest import TINY_POLICY
 from trainers.chat_format import normalize_messages
 from trainers.policy_server import build_choice, create_app, serve_in_background
 from trainers.serving.engine import PolicyEngine
@@ -299,6 +300,55 @@ def test_errors_use_the_vllm_shape_and_the_server_survives(http: httpx.Client) -
     assert f"maximum context length is {SIZE.max_position_embeddings}" in message and "input tokens" in message
     assert http.get("/health").status_code == 200
     assert chat(http, max_tokens=2)["choices"]
+
+
+def test_a_prompt_that_cannot_fit_is_refused_before_it_is_tokenized(server, http: httpx.Client, monkeypatch) -> None:
+    """3 MB of text (under the 4 MiB body limit) cannot be 2,048 tokens: a 400 without tokenizing it (issue 38)."""
+    _, app = server
+    tokenized: list[int] = []
+    cls = type(app.state.engine.tokenizer)
+    call = cls.__call__
+
+    def counting(self: Any, text: Any = None, *args: Any, **kwargs: Any) -> Any:
+        tokenized.append(len(text) if isinstance(text, str) else 0)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__call__", counting)
+    huge = [{"role": "user", "content": "Pia " * 750_000}]
+    started = time.monotonic()
+    message = _error(http.post("/v1/chat/completions", json={"messages": huge}, timeout=60), 400)
+    took = time.monotonic() - started
+    assert took < 5
+    print(f"a 3 MB prompt: 400 in {took:.2f} s, untokenized")
+    assert f"maximum context length is {SIZE.max_position_embeddings}" in message
+    assert "at least" in message and "without tokenizing" in message
+    assert max(tokenized, default=0) < 1000, "the prompt was tokenized"
+    assert chat(http, max_tokens=2)["choices"]  # prompts that may fit are tokenized as before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 5000,
+        "Pia 0 1 2 3 " * 400,
+        "\u1100\u1161\u11a8" * 600,  # Hangul jamo: NFC makes 9 bytes 3
+        "\U0001d400" * 800,  # mathematical bold A: 4 bytes, one character
+        "<|im_start|>user\n" * 200,
+        "\u00e9e\u0301\u4e2d\u6587 " * 500,
+    ],
+    ids=["one-letter", "words", "jamo", "astral", "special-tokens", "mixed"],
+)
+def test_the_untokenized_bound_never_exceeds_the_token_count(model_dir: Path, text: str) -> None:
+    """The bound the server refuses by is a lower bound on the true token count, for both test tokenizers."""
+    from transformers import AutoTokenizer
+
+    from trainers.serving.app import longest_token_bytes
+
+    for tokenizer in (AutoTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(TINY_POLICY)):
+        normalizer = tokenizer.backend_tokenizer.normalizer
+        normalized = normalizer.normalize_str(text) if normalizer is not None else text
+        least = len(normalized.encode()) // longest_token_bytes(tokenizer)
+        assert least <= len(tokenizer(text, add_special_tokens=False).input_ids), type(tokenizer).__name__
 
 
 def test_models_and_health(http: httpx.Client, model_dir: Path) -> None:

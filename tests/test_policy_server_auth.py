@@ -7,6 +7,8 @@ to one directory, and once with the command line's default (runtime loading off)
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,10 +105,10 @@ def test_openapi_lists_each_routes_errors(keyed: httpx.Client) -> None:
     def codes(path: str, method: str) -> set[str]:
         return set(paths[path][method]["responses"]) - {"200"}
 
-    assert codes("/v1/load_lora_adapter", "post") == {"400", "401", "403", "404"}
-    assert codes("/v1/unload_lora_adapter", "post") == {"400", "401", "403", "404"}
-    assert codes("/update_weights_from_disk", "post") == {"400", "401", "403"}
-    assert codes("/v1/chat/completions", "post") == {"400", "401", "404"}
+    assert codes("/v1/load_lora_adapter", "post") == {"400", "401", "403", "404", "413"}
+    assert codes("/v1/unload_lora_adapter", "post") == {"400", "401", "403", "404", "413"}
+    assert codes("/update_weights_from_disk", "post") == {"400", "401", "403", "413"}
+    assert codes("/v1/chat/completions", "post") == {"400", "401", "404", "413"}
     assert codes("/v1/models", "get") == {"401"} and "401" not in codes("/health", "get")
     assert "security" not in paths["/health"]["get"] and paths["/v1/models"]["get"]["security"] == [{"bearer": []}]
 
@@ -139,6 +141,87 @@ def test_a_pickled_adapter_is_refused(keyed: httpx.Client, dirs) -> None:
     message = _error(_load(keyed, "pickled", dirs["pickled"]), 400)
     assert "adapter_model.safetensors" in message and "adapter_model.bin" in message and "pickle" in message
     assert "pickled" not in {m["id"] for m in keyed.get("/v1/models", headers=AUTH).json()["data"]}
+
+
+# -- every file a load opens, and what an adapter asks for (issue 38) ----------------------------------------
+@pytest.fixture(scope="module")
+def traps(dirs: dict[str, Path]) -> dict[str, Path]:
+    """Directories inside the allowed one whose files lead outside it, or whose config asks for more than it holds."""
+    allowed, outside = dirs["allowed"], dirs["allowed"].parent / "outside"
+    good = dirs["good"]
+    linked = allowed / "file-link"  # its weights file is a symlink to another adapter's, outside
+    linked.mkdir()
+    shutil.copy(good / "adapter_config.json", linked)
+    (linked / "adapter_model.safetensors").symlink_to(dirs["stranger"] / "adapter_model.safetensors")
+    weights = outside / "weights"  # a base model's weights outside, named by a shard index inside
+    weights.mkdir()
+    shutil.copy(TINY_POLICY / "model.safetensors", weights)
+    sharded = allowed / "sharded"
+    sharded.mkdir()
+    shutil.copy(TINY_POLICY / "config.json", sharded)
+    from safetensors import safe_open
+
+    with safe_open(str(TINY_POLICY / "model.safetensors"), "pt") as f:
+        weight_map = {key: "../../outside/weights/model.safetensors" for key in f.keys()}  # noqa: SIM118
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    found = {"file-link": linked, "sharded": sharded, "weights": weights}
+    for name, change in (("huge-rank", {"r": 65536}), ("wide", {"target_modules": ["q_proj", "v_proj", "k_proj"]})):
+        shutil.copytree(good, allowed / name)
+        config = json.loads((good / "adapter_config.json").read_text())
+        (allowed / name / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        found[name] = allowed / name
+    return found
+
+
+def _models(http: httpx.Client) -> set[str]:
+    return {m["id"] for m in http.get("/v1/models", headers=AUTH).json()["data"]}
+
+
+def test_every_file_a_load_opens_must_resolve_inside_the_allowed_directories(keyed: httpx.Client, dirs, traps):
+    message = _error(_load(keyed, "linked", traps["file-link"]), 403)
+    stranger_weights = (dirs["stranger"] / "adapter_model.safetensors").resolve()
+    assert f"resolves to {stranger_weights}" in message and "'adapter_model.safetensors'" in message
+    update = {"model_path": str(traps["sharded"]), "version": "outside"}
+    message = _error(keyed.post("/update_weights_from_disk", json=update, headers=AUTH), 403)
+    assert "../../outside/weights/model.safetensors" in message
+    assert f"resolves to {(traps['weights'] / 'model.safetensors').resolve()}" in message
+    assert _models(keyed) == {"tiny-policy"}
+    body = {"messages": MESSAGES, "max_tokens": 1}
+    assert keyed.post("/v1/chat/completions", json=body, headers=AUTH).json()["system_fingerprint"] != "outside"
+
+
+def test_a_403_says_where_a_symlink_resolves(keyed: httpx.Client, dirs) -> None:
+    message = _error(_load(keyed, "x", dirs["link"]), 403)
+    assert repr(str(dirs["link"])) in message and f"resolves to {dirs['stranger'].resolve()}" in message
+
+
+def test_an_adapter_whose_config_asks_for_more_than_its_tensors_is_refused_before_allocating(keyed, traps) -> None:
+    import resource
+
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    message = _error(_load(keyed, "huge", traps["huge-rank"]), 400)
+    grew_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+    assert "rank 65536" in message and "rank 8" in message and "nothing was loaded" in message
+    assert grew_mib < 128, f"the process peak grew {grew_mib:.0f} MiB (r=65,536 allocated 512 MB before)"
+    message = _error(_load(keyed, "wide", traps["wide"]), 400)
+    assert "targets 12 modules" in message and "k_proj" in message and "Nothing was loaded" in message
+    assert _models(keyed) == {"tiny-policy"}
+
+
+def test_a_nul_byte_in_a_path_is_a_400(keyed: httpx.Client, dirs) -> None:
+    bad = f"{dirs['good']}\x00/../../etc"
+    assert "NUL byte" in _error(_load(keyed, "nul", bad), 400)
+    update = {"model_path": bad, "version": "v"}
+    assert "NUL byte" in _error(keyed.post("/update_weights_from_disk", json=update, headers=AUTH), 400)
+    assert keyed.get("/health").status_code == 200
+
+
+def test_a_key_with_whitespace_around_it_is_refused_at_start(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="spaces or a newline around it"):
+        create_app(TINY_POLICY, api_key=KEY + "\n")
+    monkeypatch.setenv(API_KEY_ENV, f" {KEY}")
+    with pytest.raises(SystemExit, match="spaces or a newline around it"):
+        main(["--model", str(TINY_POLICY)])
 
 
 # -- the command line and the launcher -----------------------------------------------------------------
@@ -180,6 +263,18 @@ def test_the_command_line_confines_runtime_loading_to_the_directories_given(dirs
         assert ok.status_code == 200
         out = http.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": str(dirs["link"])})
         assert "outside" in _error(out, 403)
+
+
+def test_the_command_line_serves_with_the_limits(monkeypatch) -> None:
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    flags = ["--max-request-bytes", "1000", "--max-header-bytes", "2048", "--header-timeout", "4"]
+    app, uvicorn_args = _served_by_the_command_line(flags, monkeypatch)
+    assert uvicorn_args["h11_max_incomplete_event_size"] == 2048 and uvicorn_args["http"].__name__ == "GuardedHTTP"
+    with serve_in_background(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        big = {"messages": [{"role": "user", "content": "x" * 2000}]}
+        assert "1000 bytes" in _error(http.post("/v1/chat/completions", json=big), 413)
+    with pytest.raises(SystemExit, match="max_header_bytes"):
+        main(["--model", str(TINY_POLICY), "--max-header-bytes", "0"])
 
 
 def test_a_public_address_needs_a_key_or_insecure(monkeypatch, tmp_path) -> None:

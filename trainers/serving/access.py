@@ -6,29 +6,35 @@
 - ``WeightAccess``: whether ``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter`` and
   ``/update_weights_from_disk`` are served at all (``--allow-runtime-updates``; a 403 naming the
   flag otherwise), and the directories a requested path must lie in once symlinks are followed
-  (``--allowed-weight-dirs``; the model's own directory always counts). vLLM gates the first with
+  (``--allowed-weight-dirs``; the model's own directory always counts), and so must every file a load
+  opens (``check_files``: a symlinked ``adapter_model.safetensors``, or a shard index naming
+  ``../../outside/...``, is a 403 that says where it resolves). vLLM gates the first with
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` and has neither the key-less default nor the directories.
-- ``check_bind``: a non-loopback address without a key is refused unless ``--insecure``.
+- ``check_bind``: a non-loopback address without a key is refused unless ``--insecure``; ``check_api_key``:
+  a key with spaces or a newline around it (it could never match what clients send) is refused.
 
 Only safetensors are ever read (``trainers.serving.weights``): a pickled ``.bin`` can run code.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from langgraph_evolver._serving import BearerAuthMiddleware, is_loopback
+from langgraph_evolver._serving import check_bind as _check_bind
 
-from .errors import ForbiddenError
+from .errors import ForbiddenError, GenerationError
 
 __all__ = [
     "API_KEY_ENV",
     "OPEN_PATHS",
     "BearerKeyMiddleware",
     "WeightAccess",
+    "check_api_key",
     "check_bind",
     "is_loopback",
     "split_dirs",
@@ -68,13 +74,19 @@ def _refusal(problem: str) -> dict[str, Any]:
 
 def check_bind(host: str, *, api_key: str | None, insecure: bool) -> None:
     """Refuse (``SystemExit``) to listen on a non-loopback ``host`` without an API key, unless ``insecure``."""
-    if api_key or insecure or is_loopback(host):
-        return
-    raise SystemExit(
+    _check_bind(host, secret=api_key, insecure=insecure, refusal=(
         f"error: refusing to serve on {host} without an API key: anyone who can reach this address could use the "
         f"policy (and, with {RUNTIME_UPDATE_FLAG}, load weights into it). Set ${API_KEY_ENV} (or --api-key) and "
-        "send it from the clients, bind --host 127.0.0.1, or pass --insecure on a network you trust."
-    )
+        "send it from the clients, bind --host 127.0.0.1, or pass --insecure on a network you trust."))  # fmt: skip
+
+
+def check_api_key(api_key: str | None) -> None:
+    """``ValueError`` for a key with whitespace around it: clients send it stripped, so it would never match."""
+    if api_key and api_key != api_key.strip():
+        raise ValueError(
+            f"the API key (--api-key or ${API_KEY_ENV}) has spaces or a newline around it ({len(api_key)} characters, "
+            f"{len(api_key.strip())} without them); no client could send it. Remove them."
+        )
 
 
 # -- runtime weight loading -------------------------------------------------------------------------
@@ -93,7 +105,7 @@ class WeightAccess:
         PosixPath('/srv/runs/step-1')
         >>> access.check("/srv/runs/../secrets", route="/v1/load_lora_adapter")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        trainers.serving.errors.ForbiddenError: /v1/load_lora_adapter: '/srv/runs/../secrets' (resolved: ...
+        trainers.serving.errors.ForbiddenError: /v1/load_lora_adapter: '/srv/runs/../secrets' resolves to ...
     """
 
     allow: bool
@@ -128,14 +140,42 @@ class WeightAccess:
             )
 
     def check(self, path: str, *, route: str) -> Path:
-        """The resolved ``path`` (symlinks followed); 403 when runtime updates are off or it lies outside ``dirs``."""
+        """The resolved ``path`` (symlinks followed); 403 when runtime updates are off or it lies outside ``dirs``,
+        400 for a path no file can have (a NUL byte)."""
         self.check_allowed(route)
+        if "\x00" in path:
+            raise GenerationError(f"{route}: the path {path!r} holds a NUL byte, which no file path can; send the "
+                                  "directory's path as text.")  # fmt: skip
         resolved = Path(path).expanduser().resolve()
-        if self.dirs is not None and not any(resolved.is_relative_to(d) for d in self.dirs):
-            allowed = ", ".join(str(d) for d in self.dirs)
-            raise ForbiddenError(
-                f"{route}: {path!r} (resolved: {resolved}) is outside the directories this server may load weights "
-                f"from ({allowed}); save it under one of them, or restart the server with {WEIGHT_DIRS_FLAG} naming "
-                "its directory."
-            )
+        self._confine(resolved, f"{path!r}", route)
         return resolved
+
+    def check_files(self, directory: Path, *, route: str) -> None:
+        """403 unless every file a load from ``directory`` may open resolves inside ``dirs``: each file directly in
+        it (``adapter_model.safetensors`` may be a symlink) and each shard its ``*.index.json`` names."""
+        if self.dirs is None or not directory.is_dir():
+            return
+        for entry in sorted(directory.iterdir()):
+            self._confine(entry.resolve(), f"{entry.name!r} in {directory}", route)
+            if entry.name.endswith(".index.json") and entry.is_file():
+                for shard in sorted(set(_index_shards(entry))):
+                    self._confine((directory / shard).resolve(), f"the shard {shard!r} named by {entry.name}", route)
+
+    def _confine(self, resolved: Path, what: str, route: str) -> None:
+        if self.dirs is None or any(resolved.is_relative_to(d) for d in self.dirs):
+            return
+        allowed = ", ".join(str(d) for d in self.dirs)
+        raise ForbiddenError(
+            f"{route}: {what} resolves to {resolved}, outside the directories this server may load weights from "
+            f"({allowed}); save it under one of them, or restart the server with {WEIGHT_DIRS_FLAG} naming its "
+            "directory."
+        )
+
+
+def _index_shards(index: Path) -> list[str]:
+    """The shard file names a ``model.safetensors.index.json`` maps weights to (none when it does not parse)."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map") or {}
+    except (OSError, ValueError, AttributeError):
+        return []  # the load itself reports a broken index
+    return [str(name) for name in weight_map.values()] if isinstance(weight_map, dict) else []

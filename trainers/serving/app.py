@@ -14,10 +14,18 @@ Run it (needs the ``serve`` and ``train`` extras)::
 
 Access (``trainers.serving.access``): with an API key (``--api-key``, default
 ``$EVOLVER_POLICY_API_KEY``) every route but ``/health`` needs ``Authorization: Bearer <key>``
-(401 otherwise); a non-loopback ``--host`` without a key is refused unless ``--insecure``. The
-runtime weight routes below answer 403 unless ``--allow-runtime-updates``; then they read only
-below ``--allowed-weight-dirs`` (and the model's own directory), symlinks followed, and only
-safetensors (a ``.bin`` pickle is a 400).
+(401 otherwise); a non-loopback ``--host`` without a key is refused unless ``--insecure``, and a key
+with whitespace around it is refused. The runtime weight routes below answer 403 unless
+``--allow-runtime-updates``; then they read only below ``--allowed-weight-dirs`` (and the model's own
+directory), symlinks followed for the directory and for every file in it (and every shard an index
+names), and only safetensors (a ``.bin`` pickle is a 400). An adapter whose config gives other ranks or
+more target modules than its tensors hold is a 400 before anything is allocated.
+
+Limits: a request body over ``max_request_bytes`` (``--max-request-bytes``, 4 MiB) is a 413 before it is
+held; a prompt that cannot fit ``max_model_len`` is a 400 before it is tokenized (its bytes after the
+tokenizer's normalizer, divided by the most bytes any token of the vocabulary spells, already exceed it).
+On the command line a request line and headers over ``--max-header-bytes`` (431) or not sent within
+``--header-timeout`` seconds (408) close the connection (``langgraph_evolver._serving.guarded_http``).
 
 Endpoints:
 
@@ -82,8 +90,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from langgraph_evolver._serving import BodyLimitMiddleware
+
 from ..chat_format import normalize_messages
-from .access import OPEN_PATHS, BearerKeyMiddleware, WeightAccess
+from .access import OPEN_PATHS, BearerKeyMiddleware, WeightAccess, check_api_key
 from .cache import PrefixCache
 from .engine import PolicyEngine
 from .errors import GenerationError
@@ -133,6 +143,18 @@ def _guarded(endpoint):
 
 _DISCONNECT_POLL_S = 0.2
 """How often a waiting chat completion checks whether its client is still connected."""
+DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+"""Request bodies larger than this are a 413 (``--max-request-bytes``): a prompt of the longest context a model
+of 128K tokens takes is about 0.5 MB of text; 30 MB took 116 s and 5.6 GB to tokenize."""
+
+
+def _too_large(max_bytes: int) -> Any:
+    def refusal(size: str) -> dict[str, Any]:
+        message = (f"The request body is {size} bytes, over this server's limit of {max_bytes} bytes. Send a "
+                   "shorter prompt, or start the server with a larger --max-request-bytes.")  # fmt: skip
+        return {"error": {"message": message, "type": "RequestTooLargeError", "param": None, "code": 413}}
+
+    return refusal
 
 
 # -- the app -------------------------------------------------------------------------------
@@ -153,10 +175,12 @@ def create_app(
     api_key: str | None = None,
     allow_runtime_updates: bool = True,
     allowed_weight_dirs: Sequence[str | Path] | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
-    Access: ``api_key`` makes every route but ``/health`` require ``Authorization: Bearer <key>``.
+    Access: ``api_key`` makes every route but ``/health`` require ``Authorization: Bearer <key>`` (a key with
+    whitespace around it is a ``ValueError``); ``max_request_bytes`` caps request bodies (413 beyond).
     ``allow_runtime_updates`` serves the adapter and weight routes; ``allowed_weight_dirs`` confines
     the paths they read to those directories and ``model_path``'s own (symlinks followed; a missing
     directory is a ``ValueError``). These
@@ -173,6 +197,9 @@ def create_app(
     import torch
 
     # before the model loads: a missing allowed directory fails fast (ValueError naming it)
+    check_api_key(api_key)
+    if max_request_bytes < 1:
+        raise ValueError(f"max_request_bytes must be positive, got {max_request_bytes}.")
     access = WeightAccess.create(allow=allow_runtime_updates, dirs=allowed_weight_dirs, model_dir=model_path)
     if threads:
         torch.set_num_threads(threads)
@@ -197,6 +224,7 @@ def create_app(
         logger.warning("%s Serving it anyway (--allow-template-without-tools): tool calls will be guesses.", e)
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
     token_text = TokenText(engine.tokenizer)
+    token_bytes = longest_token_bytes(engine.tokenizer)
     auth = (401,) if api_key else ()
 
     @asynccontextmanager
@@ -208,7 +236,8 @@ def create_app(
     app.state.engine = engine
     app.state.scheduler = scheduler
     app.state.weight_access = access
-    if api_key:
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_request_bytes, refusal=_too_large(max_request_bytes))
+    if api_key:  # outermost: a request without the key is refused before its body is read
         app.add_middleware(BearerKeyMiddleware, api_key=api_key)
     _document_access(app, bearer=bool(api_key))
 
@@ -265,25 +294,29 @@ def create_app(
         data += [card(name, path, engine.served_model_name) for name, path in list(engine.adapters.items())]
         return {"object": "list", "data": data}
 
-    @app.post("/v1/load_lora_adapter", responses=error_responses(400, *auth, 403, 404))
+    @app.post("/v1/load_lora_adapter", responses=error_responses(400, *auth, 403, 404, 413))
     @_guarded
     async def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
-        name, path = body.lora_name, str(access.check(body.lora_path, route="/v1/load_lora_adapter"))
+        resolved = access.check(body.lora_path, route="/v1/load_lora_adapter")
+        access.check_files(resolved, route="/v1/load_lora_adapter")
+        name, path = body.lora_name, str(resolved)
         loaded = await asyncio.wrap_future(scheduler.call(lambda: engine.load_adapter(name, path)))
         if not loaded:
             return PlainTextResponse(f"Success: LoRA adapter '{name}' was already loaded from this path.")
         logger.info("loaded LoRA adapter %s from %s", name, path)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
-    @app.post("/update_weights_from_disk", responses=error_responses(400, *auth, 403))
+    @app.post("/update_weights_from_disk", responses=error_responses(400, *auth, 403, 413))
     @_guarded
     async def update_weights_from_disk(body: UpdateWeightsRequest) -> dict[str, Any]:
-        path, version = str(access.check(body.model_path, route="/update_weights_from_disk")), body.version
+        resolved = access.check(body.model_path, route="/update_weights_from_disk")
+        access.check_files(resolved, route="/update_weights_from_disk")
+        path, version = str(resolved), body.version
         served = await asyncio.wrap_future(scheduler.call(lambda: engine.update_weights(path, version)))
         logger.info("base weights updated from %s (version %s)", path, served)
         return {"success": True, "version": served, "message": f"Loaded the weights at {path}."}
 
-    @app.post("/v1/unload_lora_adapter", responses=error_responses(400, *auth, 403, 404))
+    @app.post("/v1/unload_lora_adapter", responses=error_responses(400, *auth, 403, 404, 413))
     @_guarded
     async def unload_lora_adapter(body: UnloadAdapterRequest) -> PlainTextResponse:
         access.check_allowed("/v1/unload_lora_adapter")
@@ -292,7 +325,7 @@ def create_app(
         logger.info("unloaded LoRA adapter %s", name)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
-    @app.post("/v1/chat/completions", responses=error_responses(400, *auth, 404))
+    @app.post("/v1/chat/completions", responses=error_responses(400, *auth, 404, 413))
     @_guarded
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         if body.stream:
@@ -304,7 +337,7 @@ def create_app(
         choice = resolve_tool_choice(body.tool_choice, [t.function.name for t in body.tools or ()])
         model = engine.check_model(body.model)
         # template + tokenizer: off the event loop
-        prompt_ids, forced = await asyncio.to_thread(_prompt_ids, engine, body, choice)
+        prompt_ids, forced = await asyncio.to_thread(_prompt_ids, engine, body, choice, token_bytes)
         room = engine.max_model_len - len(prompt_ids)
         if room <= 0:
             raise GenerationError(
@@ -418,13 +451,42 @@ async def _result_unless_disconnected(future: Future, request: Request) -> Any:
         waiting.cancel()  # no-op once done; otherwise it cancels `future` too
 
 
+def longest_token_bytes(tokenizer: Any) -> int:
+    """The most UTF-8 bytes any token of ``tokenizer`` spells (its string or its decoded text, whichever is
+    longer): no token covers more of a prompt's (normalized) text, so a prompt of B bytes has at least
+    B / this many tokens."""
+    ids = list(range(len(tokenizer)))
+    spelled = tokenizer.convert_ids_to_tokens(ids)
+    decoded = tokenizer.batch_decode([[i] for i in ids])
+    return max(1, *(len(str(t).encode()) for t in spelled), *(len(t.encode()) for t in decoded))
+
+
+def _check_fits_untokenized(engine: PolicyEngine, prompt: str, token_bytes: int) -> None:
+    """400 when ``prompt`` cannot fit ``max_model_len`` whatever its tokens: checked before tokenizing, which
+    took 116 s and 5.6 GB for a 30 MB prompt. The text is measured as the tokenizer sees it, after its
+    normalizer (NFC can shorten text: three Hangul jamo make one syllable), which is linear and cheap."""
+    backend = getattr(engine.tokenizer, "backend_tokenizer", None)
+    normalizer = getattr(backend, "normalizer", None)
+    text = normalizer.normalize_str(prompt) if normalizer is not None else prompt
+    size = len(text.encode())
+    least = size // token_bytes
+    if least >= engine.max_model_len:
+        raise GenerationError(
+            f"This model's maximum context length is {engine.max_model_len} tokens. However, your request has at "
+            f"least {least} input tokens (its prompt is {size} bytes and no "
+            f"token of this model spells more than {token_bytes}); it was refused without tokenizing. Please "
+            "reduce the length of the input messages."
+        )
+
+
 def _prompt_ids(
-    engine: PolicyEngine, body: ChatCompletionRequest, choice: ToolChoice
+    engine: PolicyEngine, body: ChatCompletionRequest, choice: ToolChoice, token_bytes: int = 1
 ) -> tuple[list[int], ForcedToolCall | None]:
     """The chat template applied to the request, tokenized without extra special tokens.
 
     For a ``choice`` that forces a tool call, the ids also hold the forced start of the call,
-    and the second value says which text that is.
+    and the second value says which text that is. A prompt that cannot fit (``_check_fits_untokenized``) is
+    refused before it is tokenized.
     """
     tokenizer = engine.tokenizer
     if not getattr(tokenizer, "chat_template", None):
@@ -442,6 +504,7 @@ def _prompt_ids(
             f"The messages or tools hold text that is not valid Unicode ({e.reason}: {e.object[e.start : e.end]!a}); "
             "send UTF-8 text."
         ) from e
+    _check_fits_untokenized(engine, prompt, token_bytes)
     prompt_ids = list(tokenizer(prompt, add_special_tokens=False).input_ids)
     if not choice.forced:
         return prompt_ids, None

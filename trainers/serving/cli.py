@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .access import API_KEY_ENV, WeightAccess, check_bind, is_loopback, split_dirs
-from .app import create_app
+from langgraph_evolver._serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES, uvicorn_guards
+
+from .access import API_KEY_ENV, WeightAccess, check_api_key, check_bind, is_loopback, split_dirs
+from .app import DEFAULT_MAX_REQUEST_BYTES, create_app
 from .engine import PolicyEngine
 
 __all__ = ["main", "make_parser"]
@@ -69,6 +71,26 @@ def make_parser() -> argparse.ArgumentParser:
         help="serve a chat template that drops the tools it is given (warns); by default the server refuses it",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    limits = p.add_argument_group("limits", "what one request may cost before it is refused")
+    limits.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help=f"largest request body; larger is a 413 before it is held (default: {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    limits.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help=f"largest request line + headers; larger is a 431 (default: {DEFAULT_MAX_HEADER_BYTES})",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        help="seconds a connection has to send a request's line and headers; slower is a 408 "
+        f"(default: {DEFAULT_HEADER_TIMEOUT_S:g})",
+    )
     p.add_argument(
         "--parent-pid",
         type=int,
@@ -125,6 +147,7 @@ def _create(args: argparse.Namespace) -> Any:
         api_key=args.api_key,
         allow_runtime_updates=args.allow_runtime_updates,
         allowed_weight_dirs=split_dirs(args.allowed_weight_dirs),
+        max_request_bytes=args.max_request_bytes,
     )
 
 
@@ -157,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # before minutes of model loading: the access settings are checked first
     check_bind(args.host, api_key=args.api_key, insecure=args.insecure)
+    try:
+        check_api_key(args.api_key)
+        guards = uvicorn_guards(max_header_bytes=args.max_header_bytes, header_timeout_s=args.header_timeout)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    if args.max_request_bytes < 1:
+        raise SystemExit(f"error: --max-request-bytes must be positive, got {args.max_request_bytes}.")
     if args.parent_pid is not None:  # from the start: a parent killed while the model loads leaves nothing either
         exit_with_parent(args.parent_pid)
     for d in split_dirs(args.allowed_weight_dirs):
@@ -193,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.port,
     )
     # One access-log line per request drowns the batch lines during rollouts: only in debug mode.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug")
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
+                **guards)  # fmt: skip
 
 
 def _app_doc() -> str:

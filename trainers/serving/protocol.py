@@ -27,6 +27,7 @@ _ERROR_TYPES = {
     401: "AuthenticationError",
     403: "PermissionDeniedError",
     404: "NotFoundError",
+    413: "RequestTooLargeError",
     500: "InternalServerError",
     503: "ServiceUnavailable",
 }
@@ -156,6 +157,7 @@ _ERROR_WHEN = {
     401: "Missing or wrong API key: send 'Authorization: Bearer <key>' (the server's --api-key).",
     403: "Runtime weight loading is off (--allow-runtime-updates) or the path is outside --allowed-weight-dirs.",
     404: "Unknown model or adapter, or no adapter at the path.",
+    413: "The request body is over the server's --max-request-bytes.",
     503: "The generation worker stopped or keeps failing.",
 }
 

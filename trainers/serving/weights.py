@@ -14,6 +14,7 @@ unpickled, and the path comes from an HTTP request.
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ def load_adapter(model: Any, name: str, path: str) -> Path:
         saved = load_file(adapter_dir / ADAPTER_WEIGHTS, device="cpu")
     except Exception as e:
         raise GenerationError(f"Could not read the LoRA adapter {name!r} at {path!r}: {type(e).__name__}: {e}") from e
+    _check_adapter_fits(model, config, saved, path)  # before inject_adapter_in_model allocates anything
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*multiple adapters.*")
@@ -96,6 +98,53 @@ def load_adapter(model: Any, name: str, path: str) -> Path:
             raise
         raise GenerationError(f"Could not load the LoRA adapter {name!r} from {path!r}: {type(e).__name__}: {e}") from e
     return adapter_dir
+
+
+def _saved_ranks(saved: dict[str, torch.Tensor]) -> dict[str, int]:
+    """The rank of each module's saved LoRA tensors: ``lora_A`` is (r, in, ...), ``lora_B`` (out, r, ...)."""
+    ranks: dict[str, int] = {}
+    for key, tensor in saved.items():
+        parts = key.removeprefix("base_model.model.").split(".")
+        at = next((i for i, part in enumerate(parts) if part.startswith("lora_")), None)
+        if at is None or tensor.dim() < 2:
+            continue
+        rank = int(tensor.shape[0] if parts[at].endswith("_A") else tensor.shape[1])
+        ranks.setdefault(".".join(parts[:at]), rank)
+    return ranks
+
+
+def _check_adapter_fits(model: Any, config: Any, saved: dict[str, torch.Tensor], path: str) -> None:
+    """Refuse an adapter whose config asks for other ranks or more modules than its tensors hold, before any LoRA
+    parameter is allocated: injecting allocates what the config says (``r`` = 65,536 on every target module was
+    512 MB for a tiny model), and only afterwards would the tensors be found not to fit."""
+    rank = getattr(config, "r", None)
+    if not isinstance(rank, int):
+        return  # not a LoRA config: the key check after injecting still applies
+    from peft.tuners.tuners_utils import check_target_module_exists
+    from peft.utils.other import get_pattern_key
+
+    ranks = _saved_ranks(saved)
+    pattern = dict(getattr(config, "rank_pattern", None) or {})
+    for module, saved_rank in ranks.items():
+        wanted = pattern.get(get_pattern_key(pattern.keys(), module), rank)
+        if wanted != saved_rank:
+            raise GenerationError(
+                f"The LoRA adapter at {path!r} does not fit the served model: its adapter_config.json gives "
+                f"{module} rank {wanted}, but its tensors in {ADAPTER_WEIGHTS} have rank {saved_rank} (a config "
+                "saved apart from its weights?). Save the adapter again with save_pretrained; nothing was loaded."
+            )
+    if getattr(config, "target_modules", None) == "all-linear":
+        return  # peft expands it while injecting; the ranks above bound what that allocates
+    matches = ((name, check_target_module_exists(config, name)) for name, _ in model.named_modules())
+    targeted = [name for name, match in matches if match is True or isinstance(match, re.Match)]
+    bare = [name for name in targeted if name not in ranks]
+    if bare:
+        raise GenerationError(
+            f"The LoRA adapter at {path!r} targets {len(targeted)} modules of the served model "
+            f"(target_modules={config.target_modules!r}), but {ADAPTER_WEIGHTS} has tensors for {len(ranks)}; "
+            f"{len(bare)} would get no saved weights (e.g. {bare[0]}). Was it trained on another base? Nothing was "
+            "loaded."
+        )
 
 
 def _adapter_key(saved_key: str, name: str) -> str:
