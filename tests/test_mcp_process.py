@@ -131,6 +131,27 @@ def test_a_server_that_fails_to_start_is_one_error_with_its_exit_status_before_a
     assert not (out / "trajectories.jsonl").exists()  # no rollout ran
 
 
+def test_grpo_checks_the_server_once_before_it_loads_a_model_or_runs_a_rollout(tmp_path, capsys):
+    """``trainers.grpo`` starts the environment once before training, as ``trainers.evaluate`` does: a broken
+    server is one exit-2 error naming its cause, not a message per rollout of every step."""
+    from trainers.grpo import cli
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_xyz\n")
+    tasks = tasks_file(tmp_path / "tasks.jsonl", *({**BOOK_B4, "id": f"b{i}"} for i in range(8)))
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:
+        cli(["--config", str(ROOT / "examples" / "quickstart.yaml"), "--env_id",
+             f"mcp:{sys.executable} {broken}#tasks={tasks}", "--max_steps", "1", "--eval_before", "false",
+             "--eval_after", "false", "--output_dir", str(out)])  # fmt: skip
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "exited with status 1 before it finished starting (MCP initialize)" in err, err
+    assert err.count("no_such_module_xyz'") == 1 and "ExceptionGroup" not in err
+    assert "starting the policy server" not in err and "rollouts for training step" not in err  # before both
+    assert not (out / "policy_server.log").exists()
+
+
 def test_a_bare_python_is_this_interpreter_not_the_first_on_path(tmp_path, monkeypatch, caplog):
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir()

@@ -498,6 +498,10 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
             cfg.num_train_epochs = cfg.num_train_epochs / epochs  # the epochs are already in the dataset
     if not train_tasks:
         raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
+    if not cfg.env_url and state.is_main_process:  # a server that cannot start: one error before any rollout
+        from .evaluate import preflight
+
+        preflight(_env_factory(cfg), train_tasks[0])
     if (script_args.eval_before or script_args.eval_after) and not eval_tasks:
         raise ConfigError(f"No held-out tasks in split {script_args.eval_split!r}; set eval_split or eval_before/"
                           "eval_after: false.")  # fmt: skip
