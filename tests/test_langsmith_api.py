@@ -83,7 +83,7 @@ def _seed(fake: FakeLangSmith, project: str, n: int, *, days_ago: float) -> list
 
 
 def test_traces_are_read_through_runs_query_every_page_and_all_history(fake):
-    roots = _seed(fake, "prod", 130, days_ago=40)  # more than one page of 100, older than runs.query's default day
+    roots = _seed(fake, "prod", 101, days_ago=40)  # more than one page of 100, older than runs.query's default day
     fake.add_feedback(roots[3], "user_score", 0.0)
     client = client_for(fake)
     with _strict():
