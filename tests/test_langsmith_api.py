@@ -132,3 +132,23 @@ def test_run_queries_work_from_inside_a_running_event_loop(fake):
         return query_runs(client, project_ids=[project], is_root=True)
 
     assert sorted(r["id"] for r in asyncio.run(inside())) == sorted(roots)
+
+
+def test_evaluation_experiments_use_no_deprecated_example_or_feedback_form(fake):
+    """Examples with ``reference_outputs`` (``outputs`` is deprecated for ExampleCreate, warned inside langsmith,
+    so the suite's module filters would not see it) and reward feedback on each experiment's project."""
+    from env_tools.sandbox import seed_tasks
+    from graphs.agent import create_agent_graph
+    from langgraph_evolver.batch import run_rollouts
+    from langgraph_evolver.testing import ReferencePolicy
+    from langgraph_evolver.tracing import write_evaluation_experiments
+
+    tasks = [t for t in seed_tasks("test") if t.metadata["level"] == 2][:2]
+    trajectories = run_rollouts(create_agent_graph(ReferencePolicy(tasks)), tasks)
+    with _strict():
+        summary = write_evaluation_experiments(tasks, {"before": trajectories}, dataset_name="held-out",
+                                               client=client_for(fake))  # fmt: skip
+    assert summary["runs"] == 2
+    assert all(e["outputs"]["reference_solution"] for e in fake.examples.values())
+    (session,) = [s for s in fake.sessions.values() if s["name"] == summary["experiments"]["before"]]
+    assert [str(f["session_id"]) for f in fake.feedback] == [session["id"]] * 2
