@@ -158,7 +158,7 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
     calls = sum(len(t.transitions) for t in trajs)
     common = dict(output_dir=out, num_generations=k, gradient_accumulation_steps=ga, max_steps=steps + 1,
                   learning_rate=2e-3, lr_scheduler_type="constant", beta=0.0, loss_type="dapo", epsilon=0.2,
-                  epsilon_high=0.28, temperature=1.0, max_completion_length=128, gradient_checkpointing=False,
+                  epsilon_high=0.28, temperature=1.0, max_completion_length=128, activation_checkpointing=False,
                   bf16=False, report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
                   remove_unused_columns=False)  # fmt: skip
     timer = step_timer()

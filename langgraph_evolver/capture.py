@@ -165,7 +165,10 @@ class TrajectoryRecorder(BaseCallbackHandler):
     # Exceptions from handlers are swallowed by LangChain unless raise_error: only the turn limit is
     # raised on purpose; everything else is caught here so recording can never break the user's graph.
     raise_error = True
-    run_inline = True
+    # Not inline: LangChain's async callback manager makes every handler's coroutine before running the inline
+    # ones in turn, so the turn limit raised inline would drop the later handlers' (LangGraph's stream handler's
+    # "coroutine 'ahandle_event' was never awaited"); the others are gathered, so each one runs.
+    run_inline = False
 
     def __post_init__(self) -> None:
         super().__init__()

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -43,7 +43,7 @@ from urllib.parse import parse_qs, urlparse
 __all__ = ["FakeLangSmith", "fake_langsmith", "matches_filter"]
 
 _INFO = {
-    "version": "0.10.99",
+    "version": "0.16.0",  # the first self-hosted version with the v2 run queries (``client.runs``)
     "license_expiration_time": None,
     "batch_ingest_config": {
         "use_multipart_endpoint": True,
@@ -217,6 +217,46 @@ class FakeLangSmith:
             runs = runs[: int(body["limit"])]
         return [self._public(r) for r in runs]
 
+    def _query_v2(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /api/v2/runs/query`` (what ``client.runs.query`` sends): validated as the server does, a
+        start-time window defaulting to the last day, cursor pages, and only the selected fields."""
+        unknown = sorted(set(body) - _V2_QUERY_FIELDS)
+        if unknown:
+            return 422, {"detail": f"unknown fields {unknown}"}
+        if bool(body.get("project_ids")) == bool(body.get("reference_dataset_id")):
+            return 422, {"detail": "set exactly one of project_ids and reference_dataset_id"}
+        size = int(body.get("page_size", 100))
+        if not 1 <= size <= 1000:
+            return 422, {"detail": "page_size must be between 1 and 1000"}
+        low = _instant(body.get("min_start_time")) or datetime.now(UTC) - timedelta(days=1)
+        high = _instant(body.get("max_start_time")) or datetime.now(UTC)
+        query: dict[str, Any] = {"session": body.get("project_ids"), "id": body.get("ids"),
+                                 "trace": body.get("trace_id"), "is_root": body.get("is_root"),
+                                 "filter": body.get("filter"), "trace_filter": body.get("trace_filter")}  # fmt: skip
+        if body.get("run_type"):
+            query["run_type"] = str(body["run_type"]).lower()
+        runs = [r for r in self._query(query) if low <= (_instant(r["start_time"]) or low) <= high]
+        offset = int(body.get("cursor") or 0)
+        page = runs[offset : offset + size]
+        selects = [str(s).lower() for s in body.get("selects") or ["ID"]]
+        items = [{k: v for k, v in self._v2(r).items() if k in selects or k == "id"} for r in page]
+        more = offset + size < len(runs)
+        return 200, {"items": items, "next_cursor": str(offset + size) if more else None}
+
+    def _v2(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A run as the v2 API returns it: ``project_id``, the ancestors in ``parent_run_ids`` (root first),
+        upper-case run type and status, the metadata beside ``extra``."""
+        ancestors: list[str] = []
+        parent = run.get("parent_run_id")
+        while parent is not None and str(parent) not in ancestors:
+            ancestors.insert(0, str(parent))
+            parent = (self.runs.get(str(parent)) or {}).get("parent_run_id")
+        out = {k: v for k, v in run.items() if k not in ("session_id", "parent_run_id", "child_run_ids")}
+        out.update(project_id=run.get("session_id"), parent_run_ids=ancestors, is_root=not ancestors,
+                   run_type=str(run.get("run_type") or "chain").upper(), status=str(run.get("status")).upper(),
+                   metadata=(run.get("extra") or {}).get("metadata"))  # fmt: skip
+        return out
+
     def _feedback_of(self, run_id: str) -> list[dict[str, Any]]:
         return [f for f in self.feedback if str(f.get("run_id")) == run_id]
 
@@ -319,6 +359,8 @@ def _route(fake: FakeLangSmith, method: str, path: str, params: dict[str, Any], 
         return 202, {}
     if path == "/runs/query" and method == "POST":
         return 200, {"runs": fake._query(body or {}), "cursors": {"next": None}}
+    if path == "/api/v2/runs/query" and method == "POST":
+        return fake._query_v2(body or {})
     if m := re.fullmatch(r"/runs/([0-9a-f-]{36})", path):
         rid = m.group(1)
         if method == "PATCH":
@@ -372,6 +414,21 @@ def _route(fake: FakeLangSmith, method: str, path: str, params: dict[str, Any], 
         found = [e for e in fake.examples.values() if str(e.get("dataset_id")) == str(params.get("dataset"))]
         return 200, found if int(params.get("offset", 0)) == 0 else []
     return 404, {"detail": f"the fake LangSmith has no {method} {path}"}
+
+
+# What ``POST /api/v2/runs/query`` accepts (langsmith 0.15's ``RunsResource.query_v2``); anything else is a 422.
+_V2_QUERY_FIELDS = {"ai_search", "cursor", "filter", "has_error", "ids", "include_subtree_usage", "is_root",
+                    "max_feedback_modified_at", "max_start_time", "min_feedback_modified_at", "min_start_time",
+                    "page_size", "project_ids", "reference_dataset_id", "reference_examples", "run_type", "selects",
+                    "sem_filter", "trace_filter", "trace_id", "tree_filter"}  # fmt: skip
+
+
+def _instant(value: Any) -> datetime | None:
+    """An RFC 3339 time (or None) as a zoned datetime; naive ones are UTC."""
+    if not value:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _feedback_out(feedback: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

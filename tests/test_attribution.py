@@ -9,6 +9,7 @@ import doctest
 import importlib
 import json
 import time
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -496,13 +497,18 @@ def test_labels_go_to_each_steps_traced_llm_run_as_feedback(tiny_policy_url, tmp
             self.calls: list[tuple] = []
             self.fail_after = fail_after
 
+        def read_project(self, *, project_name):  # feedback names the runs' project by id
+            self.project = project_name
+            return SimpleNamespace(id=uuid.UUID(int=7))
+
         def create_feedback(self, run_id, **kwargs):
             if self.fail_after is not None and len(self.calls) >= self.fail_after:
                 raise ConnectionError("LangSmith down")
             self.calls.append((run_id, kwargs))
 
     client = RecordingClient()
-    assert write_langsmith_feedback(labelled, client=client) == (len(step_runs), 0)
+    assert write_langsmith_feedback(labelled, client=client, project="train") == (len(step_runs), 0)
+    assert client.project == "train" and {str(kw["session_id"]) for _, kw in client.calls} == {str(uuid.UUID(int=7))}
     expected = {s.llm_run_id: x for t in labelled for s, x in zip(t.steps, t.labels or (), strict=True)}
     for run_id, kwargs in client.calls:
         label = expected[run_id]

@@ -7,7 +7,9 @@ used only where the graph logic is what is tested."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import operator
+import warnings
 from typing import Annotated, TypedDict
 
 import pytest
@@ -19,6 +21,7 @@ from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel
 
 from langgraph_evolver import PolicyChatModel, TrajectoryRecorder, run_rollouts
+from langgraph_evolver.capture import TurnLimitReached
 from langgraph_evolver.testing import ScriptedChatModel
 from langgraph_evolver.types import Task
 
@@ -184,6 +187,27 @@ def test_a_model_that_is_not_the_policy_is_recorded_never_trained(policy):
     assert executor.policy and executor.transition is not None
     assert traj.transitions == [executor.transition]
     assert traj.metadata["capture"]["other_calls"] == 1
+
+
+def test_the_turn_limit_in_a_streamed_async_graph_lets_every_other_handler_run():
+    """LangGraph's stream handler sees the call the turn limit stops: no handler's event is dropped un-awaited."""
+    calls = [{"name": "search_contacts", "args": {"query": "Pia"}, "id": "a"}]
+    policy = ScriptedChatModel([AIMessage("", tool_calls=calls), AIMessage("done")], metadata={"evolver_policy": True})
+    graph = planner_executor_graph(ScriptedChatModel([AIMessage("plan")]), policy)
+    recorder = TrajectoryRecorder(max_turns=1)
+
+    async def drive() -> list:
+        config = {"callbacks": [recorder]}
+        return [c async for c in graph.astream({"messages": [("user", TASK.query)]}, config, stream_mode="messages")]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(TurnLimitReached):
+            asyncio.run(drive())
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+    assert [(s.node, s.policy) for s in recorder.trajectory(TASK).steps] == [("planner", False), ("executor", True)]
+    assert recorder.turn_limit_hit
 
 
 def test_llm_calls_inside_tools_are_recorded_and_trained_only_when_asked(policy):

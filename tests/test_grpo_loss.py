@@ -27,7 +27,7 @@ def trainer(tmp_path_factory):
         num_generations=2,
         beta=0.0,
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         epsilon=0.2,
         epsilon_high=0.28,
         save_strategy="no",

@@ -84,18 +84,23 @@ def test_train_evaluate_and_resume(tmp_path, capsys):
 
 
 @pytest.mark.timeout(600)
-def test_train_with_attribution(tmp_path, capsys):
-    """ADCA with the reference judge: labels in the saved trajectories, metrics, the HTML report."""
+def test_train_with_attribution_against_a_keyed_policy_server(tmp_path, monkeypatch, capsys):
+    """ADCA with the reference judge: labels in the saved trajectories, metrics, the HTML report. With
+    $EVOLVER_POLICY_API_KEY set, the server the trainer starts requires it, and every client of the run (endpoint
+    check, rollouts, LoRA publishing, evaluation) sends it. One run for both: each is one trained step."""
     from langgraph_evolver.types import Trajectory, read_jsonl
     from trainers.grpo import cli
 
+    monkeypatch.setenv("EVOLVER_POLICY_API_KEY", "sk-test-key-1")
     out = tmp_path / "adca"
     figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "1", *SMALL,
-                   "--eval_before", "false", "--eval_after", "false", "--save_strategy", "no",
+                   "--eval_before", "false", "--eval_limit", "1", "--eval_k", "1", "--save_strategy", "no",
                    "--attribution", '{"alpha": 0.2, "judge": "reference"}',
                    "--max_tokens_per_microbatch", "400"])  # fmt: skip
-    assert figures["steps"] == 1
+    assert figures["steps"] == 1 and figures["final_model"] == "tiny-policy-lora-step1"
+    assert "eval_after_avg" in figures  # the evaluation ran against the keyed server too
     row = _metrics(out)[0]
+    assert row["rollout/failed"] == 0
     # a token budget: the 2 micro-batches run as sub-batches (as many on every rank), gradients accumulated; 400
     # tokens is one or two rows of this policy, so a step with any trained rows splits (1,500 did not always)
     assert row["samples/forward_passes"] > 2 and row["grad_norm"] > 0
@@ -106,6 +111,9 @@ def test_train_with_attribution(tmp_path, capsys):
     assert saved and all(t.labels is not None and len(t.labels) == len(t.steps) for t in saved)
     html = (out / "attribution_report.html").read_text()
     assert figures["attribution_report"].endswith("attribution_report.html") and "GOOD" in html
+    log = (out / "policy_server.log").read_text()
+    assert "access: API key required" in log, log[-2000:]  # the server enforced the key the clients sent
+    assert "tiny-policy-lora-step1" in log, log[-2000:]
 
 
 @pytest.mark.timeout(600)
@@ -127,21 +135,3 @@ def test_full_fine_tuning_publishes_weights_from_disk(tmp_path, capsys):
     assert rows[1]["policy/staleness_mean"] == 0  # every call answered by the version of its step
     assert [p.name for p in (out / "served_weights").iterdir()] == ["tiny-policy-step2"]  # keep=1
     assert (out / "final" / "model.safetensors").exists() and not (out / "final" / "adapter_config.json").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_training_against_a_keyed_policy_server(tmp_path, monkeypatch, capsys):
-    """With $EVOLVER_POLICY_API_KEY set, the server the trainer starts requires it, and every client of the run
-    (endpoint check, rollouts, LoRA publishing, evaluation) sends it: one step trains and publishes."""
-    from trainers.grpo import cli
-
-    monkeypatch.setenv("EVOLVER_POLICY_API_KEY", "sk-test-key-1")
-    out = tmp_path / "keyed"
-    figures = cli(["--config", QUICKSTART, "--output_dir", str(out), "--max_steps", "1", *SMALL,
-                   "--eval_before", "false", "--eval_limit", "1", "--eval_k", "1"])  # fmt: skip
-    assert figures["steps"] == 1 and figures["final_model"] == "tiny-policy-lora-step1"
-    assert _metrics(out)[0]["rollout/failed"] == 0
-    log = (out / "policy_server.log").read_text()
-    assert "access: API key required" in log, log[-2000:]  # the server enforced the key the clients sent
-    assert "tiny-policy-lora-step1" in log, log[-2000:]

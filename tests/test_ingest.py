@@ -149,7 +149,8 @@ def _record_create_agent(fake: FakeLangSmith, client: Any) -> list[str]:
         assert result["messages"][-1].content
         roots.append(str(tracer.latest_run.id))
         client.flush()
-        client.create_feedback(roots[-1], key="user_score", score=thumbs, trace_id=roots[-1])
+        client.create_feedback(roots[-1], key="user_score", score=thumbs, trace_id=roots[-1],
+                               session_id=client.read_project(project_name="prod").id)  # fmt: skip
     client.flush()  # feedback with a trace id rides the tracing queue
     return roots
 
@@ -198,7 +199,7 @@ def test_langsmith_traces_of_a_create_agent_app_and_of_our_agent(tmp_path, capsy
         assert len(labelled) == figures["labelled_steps"] and {f["run_id"] for f in labelled} <= llm_runs
 
         # Run ids: each one's whole trace.
-        figures = run_cli("--run-ids", roots[2], "--env", "library", "--dry-run", capsys=capsys)
+        figures = run_cli("--project", "prod", "--run-ids", roots[2], "--env", "library", "--dry-run", capsys=capsys)
         assert figures["traces_read"] == 1 and figures["tasks"] == 1
 
         # Our agent's training rollouts, annotated: step/task metadata and reward feedback drive the ingest.

@@ -21,6 +21,7 @@ import pytest
 from env_tools.sandbox import seed_tasks
 from graphs.agent import create_agent_graph
 from langgraph_evolver.batch import run_rollouts
+from langgraph_evolver.ingest.sources import query_runs
 from langgraph_evolver.testing import ReferencePolicy
 from langgraph_evolver.tracing import (
     REWARD_FEEDBACK_KEY,
@@ -113,15 +114,19 @@ def test_rollouts_in_langsmith_have_tool_runs_training_metadata_and_reward_feedb
     assert sorted(f["run_id"] for f in rewards) == sorted(r["id"] for r in roots.values())
     assert {f["score"] for f in rewards} == {1.0}
 
+    train = client.read_project(project_name="train").id
+    assert {str(f["session_id"]) for f in rewards} == {str(train)}  # feedback names the runs' project
+
     # The documented filter strings find the rollouts of a step and of a task through the client.
-    by_step = list(client.list_runs(project_name="train", is_root=True, filter=BY_STEP))
+    def roots_where(text: str) -> list[dict[str, Any]]:
+        return query_runs(client, project_ids=[str(train)], is_root=True, filter=text)
+
+    by_step = roots_where(BY_STEP)
     assert len(by_step) == 4
     task = tasks[0].id
-    by_task = list(client.list_runs(project_name="train", is_root=True, filter=BY_TASK.format(task=task)))
-    assert {r.extra["metadata"]["task_id"] for r in by_task} == {task} and len(by_task) == 2
-    assert list(client.list_runs(project_name="train", is_root=True, filter=FAILED_ROLLOUTS)) == []
-    assert list(client.list_runs(project_name="train", is_root=True,
-                                 filter=BY_STEP.replace('"3"', '"4"'))) == []  # fmt: skip
+    by_task = roots_where(BY_TASK.format(task=task))
+    assert {r["extra"]["metadata"]["task_id"] for r in by_task} == {task} and len(by_task) == 2
+    assert roots_where(FAILED_ROLLOUTS) == [] and roots_where(BY_STEP.replace('"3"', '"4"')) == []
 
 
 def test_node_runs_are_bounded_and_the_root_keeps_the_whole_episode(fake, tmp_path):
@@ -170,6 +175,8 @@ def test_evaluations_become_a_dataset_and_one_experiment_per_checkpoint(fake):
         assert all(r["outputs"]["reward"] == 1.0 for r in runs)
     scored = {f["run_id"] for f in fake.feedback if f["key"] == REWARD_FEEDBACK_KEY}
     assert len(scored) == 12
+    project_of = {r["id"]: r["session_id"] for r in fake.runs.values()}
+    assert all(str(f["session_id"]) == project_of[f["run_id"]] for f in fake.feedback)  # each on its experiment
     # Written again (another evaluation): the dataset and its examples are reused.
     again = write_evaluation_experiments(tasks[:2], {"later": after[:4]}, dataset_name="sandbox-held-out",
                                          client=client)  # fmt: skip

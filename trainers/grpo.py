@@ -55,6 +55,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -258,7 +259,10 @@ def _init_adapter_model(model_path: Path, cfg: Any) -> Any:
     zero3 = plugin is not None and plugin.zero_stage == 3
     where = f"init_adapter={cfg.init_adapter} does not fit model_name_or_path={model_path}"
     try:  # ZeRO-3 needs the adapter in the base model's dtype, as in TRL's own get_peft_model call there
-        model = PeftModel.from_pretrained(base, cfg.init_adapter, is_trainable=True, autocast_adapter_dtype=not zero3)
+        with warnings.catch_warnings():  # missing LoRA keys: the pairing check below says it, as an error
+            warnings.filterwarnings("ignore", message=".*Found missing adapter keys", category=UserWarning)
+            model = PeftModel.from_pretrained(base, cfg.init_adapter, is_trainable=True,
+                                              autocast_adapter_dtype=not zero3)  # fmt: skip
     except (RuntimeError, ValueError) as e:
         lines = str(e).splitlines() or [type(e).__name__]
         first = next((line for line in lines if "mismatch" in line), lines[0]).strip().rstrip(".")

@@ -60,7 +60,7 @@ from langgraph_evolver.attribution import (
     write_langsmith_feedback,
 )
 from langgraph_evolver.scoring import failed_rollouts, transition_advantages
-from langgraph_evolver.tracing import annotate_rollouts, langsmith_enabled, with_training_step
+from langgraph_evolver.tracing import RolloutTracer, annotate_rollouts, langsmith_enabled, with_training_step
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
@@ -528,7 +528,9 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
             m[f"attribution/{key}"].append(total[key])
         m["attribution/latency_s"].append(time.perf_counter() - started)
         if langsmith_enabled():  # labels as feedback on each step's LLM run, off the training path
-            threading.Thread(target=write_langsmith_feedback, args=(labelled,), daemon=True).start()
+            project = next((c.project_name for c in self.rollout_callbacks if isinstance(c, RolloutTracer)), None)
+            threading.Thread(target=write_langsmith_feedback, args=(labelled,), kwargs={"project": project},
+                             daemon=True).start()  # fmt: skip
         return labelled
 
     def _advantages(self, scores: list[RolloutScore], step: int) -> tuple[list[list[float] | None], Any]:

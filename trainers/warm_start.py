@@ -40,7 +40,7 @@ from langgraph_evolver.types import Task
 
 from .tiny import VALIDATION_START, _batches, apply_reply, encode_example, reference_conversation
 
-__all__ = ["batched_rollouts", "summarize_rollouts", "warm_start"]
+__all__ = ["batched_rollouts", "enable_checkpointing", "summarize_rollouts", "warm_start"]
 
 
 def batched_rollouts(model: Any, tokenizer: Any, tasks: list[Task], *, temperature: float = 1.0, max_turns: int = 8,
@@ -123,6 +123,15 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, str]:
     return model, tokenizer, base_name
 
 
+def enable_checkpointing(model: Any, *, lora: bool) -> None:
+    """Recompute activations in the backward pass (transformers' ``activation_checkpointing_enable``: the
+    ``gradient_checkpointing_enable`` alias goes in v6). With LoRA the embeddings are frozen, so the checkpointed
+    blocks' inputs must carry gradients themselves."""
+    model.activation_checkpointing_enable()
+    if lora:
+        model.enable_input_require_grads()
+
+
 def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from tqdm import tqdm
@@ -138,9 +147,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))  # fmt: skip
     if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        if not args.full:  # frozen embeddings: the checkpointed blocks' inputs must carry gradients for LoRA
-            model.enable_input_require_grads()
+        enable_checkpointing(model, lora=not args.full)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     tasks = [t for i, t in enumerate(generate_tasks("train", args.examples))
              if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0]  # fmt: skip

@@ -27,7 +27,7 @@ FEEDBACK_KEY = "step_attribution"
 
 
 def write_langsmith_feedback(
-    trajectories: Sequence[Trajectory], *, client: Any = None, key: str = FEEDBACK_KEY
+    trajectories: Sequence[Trajectory], *, client: Any = None, key: str = FEEDBACK_KEY, project: str | None = None
 ) -> tuple[int, int]:
     """Write one feedback per labelled step that has an LLM run id; returns (written, failed).
 
@@ -35,10 +35,12 @@ def write_langsmith_feedback(
         trajectories: Trajectories with ``labels`` (see ``apply_attribution``).
         client: A ``langsmith.Client`` (default: the library's ``langsmith_client()``: no retries, bounded exit).
         key: The feedback key.
+        project: The LangSmith project the runs are in, when a trajectory does not say (an ingested trace's
+            ``metadata["session_id"]``); default: the project LangSmith traces to. Feedback names it by id.
     """
-    if client is None:
-        from ..tracing import langsmith_client
+    from ..tracing.langsmith import langsmith_client, project_id
 
+    if client is None:
         client = langsmith_client()
     written = failed = 0
     for trajectory in trajectories:
@@ -50,8 +52,9 @@ def write_langsmith_feedback(
             verdict = "GOOD" if str(label.get("label", "")).upper() == "GOOD" else "BAD"
             reason = str(label.get("reason") or "")
             try:
+                session = trajectory.metadata.get("session_id") or project_id(client, project)
                 client.create_feedback(step.llm_run_id, key=key, score=float(verdict == "GOOD"), value=verdict,
-                                       comment=reason, stop_after_attempt=2)  # fmt: skip
+                                       comment=reason, session_id=session, stop_after_attempt=2)  # fmt: skip
                 written += 1
             except Exception as e:  # feedback is best effort: count, log once, go on
                 failed += 1

@@ -1,6 +1,6 @@
 """Turn recorded runs of any LangGraph agent into trajectories, seed tasks, experiences and step labels.
 
-Reads traces from a LangSmith project (``--project``), run ids (``--run-ids``, their whole traces) or a
+Reads traces from a LangSmith project (``--project``; with ``--run-ids``, those runs' whole traces) or a
 local ``JsonlTracer`` file (``--jsonl``), filtered by time, tags, metadata and feedback; prints what
 it read, skipped and made, then one JSON line with the figures. Nothing is written with
 ``--dry-run``; feedback goes back to LangSmith only with ``--write-feedback``.
@@ -35,7 +35,8 @@ def make_parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--project", help="LangSmith project to read root runs from")
     source.add_argument("--jsonl", help="a JsonlTracer file (runs in LangSmith's schema)")
-    source.add_argument("--run-ids", nargs="+", help="LangSmith run ids (each one's whole trace is read)")
+    parser.add_argument("--run-ids", nargs="+",
+                        help="LangSmith run ids of --project (each one's whole trace is read)")  # fmt: skip
     parser.add_argument("--start", help="traces that started at or after this time (ISO 8601, UTC if no zone)")
     parser.add_argument("--end", help="traces that started before this time")
     parser.add_argument("--tag", action="append", default=[], help="the root run must carry this tag (repeatable)")
@@ -98,6 +99,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     redact = load_object(args.redact, what="--redact") if args.redact else None
     env_params = json.loads(args.env_params) if args.env_params else None
     client = None
+    if args.jsonl and args.run_ids:
+        raise ConfigError("--run-ids name LangSmith runs: give them with --project, not --jsonl.")
     if args.jsonl:
         traces = read_jsonl_traces(args.jsonl, selection, limit=args.limit)
         source = {"jsonl": args.jsonl}
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         client = langsmith_client()
         traces = read_langsmith_traces(client, project=args.project, run_ids=args.run_ids or (),
                                        trace_filter=selection, limit=args.limit)  # fmt: skip
-        source = {"project": args.project} if args.project else {"run_ids": len(args.run_ids)}
+        source = {"project": args.project, **({"run_ids": len(args.run_ids)} if args.run_ids else {})}
     result = ingest_traces(traces, env=args.env, env_params=env_params, policy_model=args.policy_model, redact=redact,
                            positive=args.positive, reward_keys=args.reward_key, extractor=_none(args.extractor),
                            judge=_none(args.judge))  # fmt: skip

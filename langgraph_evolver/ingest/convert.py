@@ -286,6 +286,7 @@ def trajectory_from_trace(
         errors=(clean(str(root["error"]))[:2000],) if root.get("error") else (),
         metadata={"source": "trace", "trace_id": str(root.get("trace_id") or root["id"]),
                   "root_run_id": str(root["id"]),
+                  **({"session_id": str(root["session_id"])} if root.get("session_id") else {}),
                   "policy_gradient": policy_gradient, "model_versions": sorted(versions),
                   "text_only_steps": text_only, "trace_metadata": {k: v for k, v in root_meta.items()
                                                                     if isinstance(v, str | int | float | bool)}},

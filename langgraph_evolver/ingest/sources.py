@@ -8,7 +8,9 @@ here.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +20,14 @@ from typing import Any
 from ..errors import ConfigError
 from ..tracing import build_run_tree, read_feedback, read_runs, to_jsonable
 
-__all__ = ["FeedbackCondition", "RecordedTrace", "TraceFilter", "read_jsonl_traces", "read_langsmith_traces"]
+__all__ = [
+    "FeedbackCondition",
+    "RecordedTrace",
+    "TraceFilter",
+    "query_runs",
+    "read_jsonl_traces",
+    "read_langsmith_traces",
+]
 
 _OPS = {"<=": "lte", ">=": "gte", "<": "lt", ">": "gt", "=": "eq", "!=": "neq"}
 _CHECK = {"lt": float.__lt__, "lte": float.__le__, "gt": float.__gt__, "gte": float.__ge__, "eq": float.__eq__,
@@ -62,7 +71,7 @@ class TraceFilter:
     """Feedback conditions on the root run."""
 
     def langsmith_filter(self) -> str | None:
-        """The filter string for ``client.list_runs(filter=...)`` (LangSmith's query language)."""
+        """The filter string for ``client.runs.query(filter=...)`` (LangSmith's query language)."""
         parts = []
         if self.start is not None:
             parts.append(f'gte(start_time, "{self.start.isoformat()}")')
@@ -155,10 +164,76 @@ def read_jsonl_traces(path: str | Path, trace_filter: TraceFilter | None = None,
             return
 
 
-def _run_dict(run: Any) -> dict[str, Any]:
-    data = run.model_dump() if hasattr(run, "model_dump") else dict(run)
-    data = to_jsonable(data)
-    for key in ("id", "trace_id", "parent_run_id", "session_id", "reference_example_id"):
+# What each run query selects (``client.runs.query`` returns only the id unless told): the fields of
+# LangSmith's run schema that the ingest reads, as the v2 API names them.
+_SELECTS = ("ID", "NAME", "RUN_TYPE", "STATUS", "START_TIME", "END_TIME", "INPUTS", "OUTPUTS", "ERROR", "EXTRA",
+            "EVENTS", "TAGS", "PARENT_RUN_IDS", "PROJECT_ID", "TRACE_ID", "DOTTED_ORDER",
+            "REFERENCE_EXAMPLE_ID")  # fmt: skip
+_ALL_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+"""The start-time bound when the filter has none: ``runs.query`` reads only the last day unless told (``list_runs``
+read all history), and a project can hold runs older than itself (uploaded traces), so ask from 2000 on, as the
+SDK's own ``get_test_results`` does."""
+_PAGE = 100
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _query_loop() -> asyncio.AbstractEventLoop:
+    """One event loop, in a daemon thread, for every run query of this process: ``client.runs`` is the SDK's async
+    client, whose pooled connections belong to the loop that opened them, so each query must run on the same one
+    (``asyncio.run`` per call would leave them on closed loops); it also works when the caller is inside a loop."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True, name="langsmith-run-queries").start()
+            _LOOP = loop
+        return _LOOP
+
+
+def query_runs(client: Any, *, limit: int | None = None, **params: Any) -> list[dict[str, Any]]:
+    """Runs from ``client.runs.query(**params)`` (LangSmith's supported run query, async), every page or the first
+    ``limit`` runs, in LangSmith's run schema as ``list_runs`` gave it and our tracer writes it (``session_id``,
+    ``parent_run_id``, lower-case ``run_type`` and ``status``).
+
+    ``params`` are ``runs.query``'s (``project_ids`` required, ``filter``, ``is_root``, ``ids``, ``trace_id`` ...);
+    ``selects`` defaults to the fields the ingest reads and ``min_start_time`` to all history (see ``_ALL_TIME``).
+    """
+    params = {"selects": list(_SELECTS), "min_start_time": _ALL_TIME, **params}
+    if limit is not None:
+        params.setdefault("page_size", max(1, min(limit, _PAGE)))
+
+    async def pages() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        async for run in client.runs.query(**params):
+            found.append(_run_record(run))
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    return asyncio.run_coroutine_threadsafe(pages(), _query_loop()).result()
+
+
+def _run_record(run: Any) -> dict[str, Any]:
+    """A v2 run (``langsmith.types.Run``) in LangSmith's run schema: ``project_id`` is the ``session_id``, the last
+    of ``parent_run_ids`` (root first) the ``parent_run_id``."""
+    data = to_jsonable(run.model_dump(exclude_none=True) if hasattr(run, "model_dump") else dict(run))
+    parents = data.pop("parent_run_ids", None) or []
+    data["parent_run_id"] = parents[-1] if parents else None
+    data["session_id"] = data.pop("project_id", None)
+    for key in ("run_type", "status"):
+        if isinstance(data.get(key), str):
+            data[key] = data[key].lower()
+    data.setdefault("trace_id", data.get("id"))
+    for key in ("inputs", "extra"):
+        data.setdefault(key, {})
+    return data
+
+
+def _feedback_dict(feedback: Any) -> dict[str, Any]:
+    data = to_jsonable(feedback.model_dump() if hasattr(feedback, "model_dump") else dict(feedback))
+    for key in ("id", "run_id", "trace_id", "session_id"):
         if data.get(key) is not None:
             data[key] = str(data[key])
     return data
@@ -172,33 +247,33 @@ def read_langsmith_traces(
     trace_filter: TraceFilter | None = None,
     limit: int | None = None,
 ) -> Iterator[RecordedTrace]:
-    """Traces from LangSmith: the root runs of ``project`` passing ``trace_filter``, or the traces of ``run_ids``."""
-    if project is None and not run_ids:
-        raise ConfigError("Name a LangSmith project (--project) or run ids (--run-ids) to read.")
+    """Traces from LangSmith: the root runs of ``project`` passing ``trace_filter``, or the traces of ``run_ids``
+    (runs of ``project``: LangSmith's run queries look runs up within a project)."""
+    if project is None:
+        what = "the project of the runs (--project with --run-ids)" if run_ids else "a LangSmith project (--project)"
+        raise ConfigError(f"Name {what} to read: LangSmith's run queries (client.runs.query) need it.")
+    window = {"project_ids": [str(client.read_project(project_name=project).id)]}
+    if trace_filter is not None and trace_filter.start is not None:
+        window["min_start_time"] = trace_filter.start
     if run_ids:
         trace_ids: list[str] = []
-        for run in client.list_runs(run_ids=list(run_ids)):
-            if str(run.trace_id) not in trace_ids:
-                trace_ids.append(str(run.trace_id))
-        wanted = [(trace_id, None) for trace_id in trace_ids]
+        for run in query_runs(client, ids=[str(i) for i in run_ids], selects=["ID", "TRACE_ID"], **window):
+            if str(run["trace_id"]) not in trace_ids:
+                trace_ids.append(str(run["trace_id"]))
     else:
         filter_text = trace_filter.langsmith_filter() if trace_filter is not None else None
-        found = client.list_runs(project_name=project, is_root=True, filter=filter_text, limit=limit)
-        wanted = [(str(r.trace_id or r.id), r.session_id) for r in found]
-    for count, (trace_id, session_id) in enumerate(wanted):
+        found = query_runs(client, is_root=True, limit=limit, selects=["ID", "TRACE_ID"],
+                           **({"filter": filter_text} if filter_text else {}), **window)  # fmt: skip
+        trace_ids = [str(r["trace_id"]) for r in found]
+    for count, trace_id in enumerate(trace_ids):
         if limit is not None and count >= limit:
             return
-        kwargs: dict[str, Any] = {"trace_id": trace_id}
-        if session_id is not None:
-            kwargs["project_id"] = session_id
-        elif project is not None:
-            kwargs["project_name"] = project
-        runs = [_run_dict(r) for r in client.list_runs(**kwargs)]
+        runs = query_runs(client, trace_id=trace_id, **window)
         roots = [r for r in build_run_tree(runs) if r.get("parent_run_id") is None]
         if not roots:
             continue
         root = roots[0]
-        feedback = [_run_dict(f) for f in client.list_feedback(run_ids=[root["id"]])]
+        feedback = [_feedback_dict(f) for f in client.list_feedback(run_ids=[root["id"]])]
         if trace_filter is not None and run_ids and not trace_filter.matches(root, feedback):
             continue
         yield RecordedTrace(root=root, feedback=feedback, runs=len(runs))

@@ -55,7 +55,7 @@ def write_evaluation_experiments(
         ids = [uuid4() for _ in missing]
         client.create_examples(dataset_id=dataset.id, examples=[
             {"id": eid, "inputs": {"query": t.query, "task_id": t.id, "env": t.env},
-             "outputs": {"reference_solution": [c.to_dict() for c in t.reference_solution or ()],
+             "reference_outputs": {"reference_solution": [c.to_dict() for c in t.reference_solution or ()],
                          "answer": t.metadata.get("answer")},
              "metadata": {"source": t.source, **({"level": t.metadata["level"]} if "level" in t.metadata else {})}}
             for eid, t in zip(ids, missing, strict=True)])  # fmt: skip
@@ -65,8 +65,8 @@ def write_evaluation_experiments(
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     for checkpoint, trajectories in evaluations.items():
         project = f"{dataset_name}/{checkpoint}/{stamp}"
-        client.create_project(project, reference_dataset_id=dataset.id,
-                              metadata={"checkpoint": checkpoint, "samples": len(trajectories)})  # fmt: skip
+        session = client.create_project(project, reference_dataset_id=dataset.id,
+                                        metadata={"checkpoint": checkpoint, "samples": len(trajectories)})  # fmt: skip
         experiments[checkpoint] = project
         for trajectory in trajectories:
             example_id = examples.get(trajectory.task.id)
@@ -88,7 +88,8 @@ def write_evaluation_experiments(
                                                   "finish_reason": trajectory.finish_reason}})  # fmt: skip
             if trajectory.reward is not None:
                 client.create_feedback(run_id, key=REWARD_FEEDBACK_KEY, score=float(trajectory.reward),
-                                       trace_id=run_id, stop_after_attempt=2)  # fmt: skip
+                                       trace_id=run_id, session_id=session.id, start_time=start,
+                                       stop_after_attempt=2)  # fmt: skip
             runs += 1
     client.flush()
     return {"dataset_id": str(dataset.id), "examples": len(examples), "experiments": experiments, "runs": runs}

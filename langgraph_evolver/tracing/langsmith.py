@@ -31,7 +31,7 @@ from langchain_core.tracers.langchain import LangChainTracer
 
 from .payload import TraceLimits, bound_payload, compact_llm_outputs
 
-__all__ = ["RolloutTracer", "langsmith_callbacks", "langsmith_client", "langsmith_enabled"]
+__all__ = ["RolloutTracer", "langsmith_callbacks", "langsmith_client", "langsmith_enabled", "project_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,34 @@ def langsmith_client(*, new: bool = False, exit_timeout_s: float | None = None, 
             _CLIENT = client
             _make_default(client)
         return client
+
+
+_PROJECT_IDS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+_PROJECT_IDS_LOCK = threading.Lock()
+
+
+def project_id(client: Any, name: str | None = None) -> str:
+    """The id of LangSmith project ``name`` (default: the project LangSmith traces to, ``LANGSMITH_PROJECT``).
+
+    Feedback on a run must name the run's project by id (``create_feedback(session_id=...)``: without it LangSmith
+    warns, and a SmithDB-only deployment refuses). Looked up once per client and name; when the project is not
+    found, what the client has queued is sent first (a tracer's first runs create its project) and it is read again.
+    """
+    from langsmith.utils import LangSmithNotFoundError, get_tracer_project
+
+    name = name or get_tracer_project()
+    with _PROJECT_IDS_LOCK:
+        known = _PROJECT_IDS.setdefault(client, {})
+        if name in known:
+            return known[name]
+    try:
+        found = client.read_project(project_name=name)
+    except LangSmithNotFoundError:
+        client.flush()
+        found = client.read_project(project_name=name)
+    with _PROJECT_IDS_LOCK:
+        known[name] = str(found.id)
+    return known[name]
 
 
 def _make_default(client: Any) -> None:

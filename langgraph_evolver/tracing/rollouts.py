@@ -24,7 +24,7 @@ from typing import Any
 
 from ..types import Trajectory
 from .jsonl import JsonlTracer
-from .langsmith import RolloutTracer
+from .langsmith import RolloutTracer, project_id
 from .payload import to_jsonable
 
 __all__ = [
@@ -174,7 +174,8 @@ def annotate_rollouts(
             if trajectory.reward is not None:
                 feedback.append((tracer.client, {"run_id": root["run_id"], "trace_id": root["trace_id"],
                                                  "key": REWARD_FEEDBACK_KEY, "score": float(trajectory.reward),
-                                                 "value": trajectory.finish_reason}))  # fmt: skip
+                                                 "value": trajectory.finish_reason,
+                                                 "session_id": root.get("project")}))  # fmt: skip
         tracer.release()  # rollouts of this batch that were not annotated (failed, another rank's) end as they are
     if feedback:
         if background:
@@ -205,11 +206,13 @@ def _annotate_local(callbacks: Any, trajectories: Sequence[Trajectory], advantag
 
 
 def _write_feedback(items: list[tuple[Any, dict[str, Any]]]) -> tuple[int, int]:
-    """Create each feedback once; the first failure (LangSmith down) drops the rest of the batch."""
+    """Create each feedback once, on the run's project (``session_id`` holds its name until here, where looking up
+    its id may wait on LangSmith); the first failure (LangSmith down) drops the rest of the batch."""
     written = 0
     for client, kwargs in items:
         try:
-            client.create_feedback(**kwargs, stop_after_attempt=1)
+            session = project_id(client, kwargs["session_id"])
+            client.create_feedback(**{**kwargs, "session_id": session}, stop_after_attempt=1)
             written += 1
         except Exception as e:  # best effort: one warning per batch
             logger.warning("LangSmith feedback failed (%s: %s); %d more of this batch dropped.", type(e).__name__, e,

@@ -284,7 +284,7 @@ class PolicyEngine:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
             logits_to_keep=1,
         )
@@ -315,7 +315,7 @@ class PolicyEngine:
             input_ids=batch.next_tokens[:, None],
             attention_mask=batch.mask,
             position_ids=positions,
-            past_key_values=batch.cache,
+            cache=batch.cache,
             use_cache=True,
             logits_to_keep=1,
         )
