@@ -44,6 +44,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the servers run: idle OpenMP threads sleep
 
 OLD_REF = "46694d8"
 """The last commit before ``--dtype`` and the matmul decode attention (the fp32 server path of issue 40)."""
@@ -231,7 +232,13 @@ def main() -> None:
     p.add_argument("--concurrency", default=None, help="requests at once, comma-separated (default 1,8,32,64)")
     p.add_argument("--rounds", type=int, default=None, help="turns of each variant per concurrency (default 3)")
     p.add_argument("--max-tokens", type=int, default=None, help="completion tokens per request (default 48)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads of each server and of the matmul probe")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of each server and of the matmul probe (1, the server's default: on cores shared with "
+        "other jobs a 2-thread step waits for its slower thread, and the figures say more about the load)",
+    )
     p.add_argument("--old-ref", default=OLD_REF, help="the commit whose server is the old fp32 path")
     p.add_argument("--grpo-steps", type=int, default=2)
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
