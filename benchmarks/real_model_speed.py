@@ -1,4 +1,4 @@
-"""SmolLM2-135M at the speed of this CPU: the fp32 server path before issue 40 vs today's default, side by side.
+"""SmolLM2-135M at the speed of this CPU: the fp32 server path before ``--dtype`` vs today's default, side by side.
 
 Two policy servers run at once on the real model (``make real-model``), each its own process with the same
 ``--threads``: ``old``, the server of commit ``--old-ref`` (the fp32 path before ``--dtype``, exported with
@@ -14,17 +14,22 @@ MLP's three, plus the 49,152-token head) applied to ``c`` rows in fp32 and in bf
 same threads. Their sum is the decode step's matmul floor in each dtype, and ``*_peak_fraction_c{c}`` is that
 floor over a variant's measured step (1.0: the step is nothing but matmuls at the machine's rate).
 
-Not ``--quick``: also 2 GRPO steps of ``examples/smollm2_cpu.yaml`` with ``policy_server_dtype: float32``
-(old) and ``auto`` (new), step seconds split into rollouts and training, and the trainer-vs-endpoint logprob
-gap of the new setting. Ends with one JSON line: ``speedup_c1``, ``speedup_c32`` (new / old tokens/s),
-``peak_fraction_c32`` (the new variant's step against the floor of its dtype), the load average before and
-after (the cores are shared: ratios of alternating runs are what count), and without ``--quick``
-``grpo_step_speedup`` and ``logp_gap_mean``.
+Ends with one JSON line: ``speedup_c1``, ``speedup_c32`` (new / old tokens/s), ``peak_fraction_c32`` (the
+new variant's step against the floor of its dtype), the dtype the new server chose, the CPU and its bf16
+flags, and the load average before and after (the cores are shared: ratios of alternating runs are what
+count). The issue's 2 GRPO steps per setting (``grpo_step_speedup``, ``logp_gap_mean``) are not measured here
+yet: see docs/policy-endpoint.md ("Precision").
 
 Commands::
 
-    python -m benchmarks.real_model_speed --quick        # 1 and 32 requests, 2 rounds (~4 min on 2 cores)
+    python -m benchmarks.real_model_speed --quick        # 1 and 32 requests, 2 rounds (5-8 min on 2 shared cores)
     python -m benchmarks.real_model_speed --out benchmarks/results/real_model_speed.json   # the full run
+    python -m benchmarks.real_model_speed --profile     # where one decode step's time goes, fp32 and bf16
+
+``--profile`` instead runs one engine per dtype in this process (no HTTP) and splits one decode step at 1 and
+32 rows (the first turns of sandbox tasks, temperature 1, a few steps in) with ``torch.profiler``: the linear
+layers' matmuls (the vocabulary head among them, also shown alone), attention over the cache, sampling, and
+the rest (norms, rotary, residuals, the KV cache's writes, Python); best of 4 profiled steps.
 """
 
 from __future__ import annotations
@@ -196,39 +201,82 @@ def served_dtype(log: Path) -> str:
     return found.group(1)
 
 
-def grpo_steps(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Two GRPO steps of ``examples/smollm2_cpu.yaml`` served in fp32 (old) and with ``auto`` (new), in turn."""
-    import subprocess
+def profile_step(args: argparse.Namespace) -> dict[str, Any]:
+    """Milliseconds of one decode step and its parts, per dtype and rows (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile, record_function
 
+    import trainers.serving.forward as forward
+    from benchmarks.tool_templates import first_turn_prompts
+    from trainers.models import resolve_model
+    from trainers.serving.engine import PolicyEngine
+    from trainers.serving.sampling import SamplingParams
+
+    def labelled(fn: Any, label: str) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            with record_function(label):
+                return fn(*a, **k)
+
+        return run
+
+    class Head(torch.nn.Module):
+        def __init__(self, head: Any) -> None:
+            super().__init__()
+            self.head = head
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with record_function("head"):
+                return self.head(x)
+
+    torch.set_num_threads(args.threads)
+    forward.decode_attention = labelled(forward.decode_attention, "attention")
+    sdpa = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = labelled(sdpa, "attention")
+    path = resolve_model(MODEL)
+    items = first_turn_prompts(32)
     figures: dict[str, Any] = {}
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for who, dtype in (("old", "float32"), ("new", "auto")):
-        run = out / f"grpo-{who}"
-        cmd = [sys.executable, "-m", "trainers.grpo", "--config", str(ROOT / "examples" / "smollm2_cpu.yaml"),
-               "--output_dir", str(run), "--max_steps", str(args.grpo_steps), "--eval_before", "false",
-               "--eval_after", "false", "--save_strategy", "no", "--report_to", "none", "--seed", "0",
-               "--policy_server_dtype", dtype]  # fmt: skip
-        print(f"grpo {who}: {' '.join(cmd[1:])}", file=sys.stderr)
-        with (out / f"grpo-{who}.log").open("w") as log:
-            subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
-        lines = (run / "metrics.jsonl").read_text().splitlines()
-        runs[who] = [row for row in map(json.loads, lines) if "step_s" in row and "rollout/time_s" in row]
-    for who, rows in runs.items():
-        step = sum(r["step_s"] for r in rows) / len(rows)
-        rollout = sum(r["rollout/time_s"] for r in rows) / len(rows)
-        figures[f"{who}_grpo_step_s"] = round(step, 1)
-        figures[f"{who}_grpo_rollout_s"] = round(rollout, 1)
-        figures[f"{who}_grpo_rest_s"] = round(step - rollout, 1)
-        figures[f"{who}_logp_gap_mean"] = round(sum(r["policy/logp_gap_mean"] for r in rows) / len(rows), 5)
-    figures["grpo_step_speedup"] = round(figures["old_grpo_step_s"] / figures["new_grpo_step_s"], 2)
-    figures["logp_gap_mean"] = figures["new_logp_gap_mean"]
+    try:
+        for dtype in ("float32", "bfloat16"):
+            engine = PolicyEngine(path, prefix_cache=None, dtype=dtype)
+            engine._sample = labelled(engine._sample, "sampling")
+            engine.model.lm_head = Head(engine.model.lm_head)
+            tok = engine.tokenizer
+            prompts = [tok(tok.apply_chat_template(it["messages"], tools=it["tools"], add_generation_prompt=True,
+                                                   tokenize=False), add_special_tokens=False).input_ids
+                       for it in items]  # fmt: skip
+            for rows in (1, 32):
+                params = SamplingParams(temperature=1.0, max_tokens=64, ignore_eos=True)
+                best: dict[str, float] | None = None
+                with torch.inference_mode():
+                    batch, _ = engine.prefill([engine.new_row(p, params, i) for i, p in enumerate(prompts[:rows])],
+                                              engine.served_model_name)  # fmt: skip
+                    for _ in range(3):
+                        batch, _ = engine.decode(batch)
+                    for _ in range(4):
+                        with profile(activities=[ProfilerActivity.CPU]) as prof, record_function("step"):
+                            batch, _ = engine.decode(batch)
+                        events = prof.key_averages()
+                        total = {e.key: e.cpu_time_total / 1e3 for e in events}
+                        parts = {"step": total["step"], "head": total.get("head", 0.0),
+                                 "attention": total.get("attention", 0.0), "sampling": total.get("sampling", 0.0),
+                                 "matmuls": sum(e.self_cpu_time_total for e in events
+                                                if e.key in ("aten::mm", "aten::addmm")) / 1e3}  # fmt: skip
+                        if best is None or parts["step"] < best["step"]:
+                            best = parts
+                assert best is not None
+                best["rest"] = best["step"] - best["matmuls"] - best["attention"] - best["sampling"]
+                for part, ms in best.items():
+                    figures[f"{dtype}_c{rows}_{part}_ms"] = round(ms, 1)
+                print(f"{dtype} {rows} rows: " + ", ".join(f"{k} {v:.1f} ms" for k, v in best.items()), file=sys.stderr)
+    finally:
+        F.scaled_dot_product_attention = sdpa
     return figures
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="1 and 32 requests, 2 rounds, no GRPO steps")
+    p.add_argument("--quick", action="store_true", help="1 and 32 requests, 2 rounds, 32 tokens each")
     p.add_argument("--concurrency", default=None, help="requests at once, comma-separated (default 1,8,32,64)")
     p.add_argument("--rounds", type=int, default=None, help="turns of each variant per concurrency (default 3)")
     p.add_argument("--max-tokens", type=int, default=None, help="completion tokens per request (default 48)")
@@ -240,17 +288,22 @@ def main() -> None:
         "other jobs a 2-thread step waits for its slower thread, and the figures say more about the load)",
     )
     p.add_argument("--old-ref", default=OLD_REF, help="the commit whose server is the old fp32 path")
-    p.add_argument("--grpo-steps", type=int, default=2)
+    p.add_argument("--profile", action="store_true", help="split one decode step instead (no servers)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = p.parse_args()
     args.concurrency = args.concurrency or ("1,32" if args.quick else "1,8,32,64")
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.max_tokens = args.max_tokens or (32 if args.quick else 48)
     load = os.getloadavg()
+    if args.profile:
+        figures = profile_step(args)
+        figures.update({"threads": args.threads, "load_average_before": [round(x, 2) for x in load],
+                        "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpu": _cpu(),
+                        "command": "python -m benchmarks.real_model_speed " + " ".join(sys.argv[1:])})  # fmt: skip
+        print(json.dumps(figures))
+        return
     with tempfile.TemporaryDirectory(prefix="real_model_speed_") as tmp:
         figures: dict[str, Any] = serving(args, Path(tmp))
-        if not args.quick:
-            figures.update(grpo_steps(args, Path(tmp)))
         figures.update({
             "threads": args.threads, "rounds": args.rounds, "max_tokens": args.max_tokens, "old_ref": args.old_ref,
             "new_dtype": served_dtype(Path(tmp) / "new.log"),
