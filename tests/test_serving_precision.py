@@ -125,3 +125,35 @@ def test_a_lora_adapter_served_in_bf16_gives_the_fp32_logprobs(tiny: dict[str, P
     base, lora = top["float32", None], top["float32", "lora"]
     effect = max(abs(base[i] - lora[i]) for i in set(base) & set(lora))
     assert effect > 0.2, effect  # the adapter changes the distribution: the gap above is not the adapter missing
+
+
+def test_bf16_on_a_cpu_without_it_is_served_with_a_warning(
+    tiny: dict[str, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import trainers.serving.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "bf16_cpu_flags", lambda: ())
+    with caplog.at_level("WARNING", logger="trainers.policy_server"):
+        engine = PolicyEngine(tiny["base"], dtype="bfloat16")
+    assert engine.dtype is torch.bfloat16
+    assert "without native bf16 (no amx_bf16 or avx512_bf16 in /proc/cpuinfo)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainers.policy_server"):
+        PolicyEngine(tiny["base"], dtype="float32")
+    assert "native bf16" not in caplog.text
+
+
+@pytest.mark.parametrize(("dtype", "served"), [(None, "float32"), ("bfloat16", "bfloat16")])
+def test_the_server_process_runs_the_dtype_it_is_given(tmp_path: Path, dtype: str | None, served: str) -> None:
+    """``PolicyServerProcess(dtype=...)`` (what ``trainers.grpo``'s ``policy_server_dtype`` sets) reaches the
+    server's ``--dtype``; without it the server's ``auto`` keeps the tiny policy in fp32 on any CPU."""
+    import httpx
+
+    from trainers.serving import PolicyServerProcess
+
+    model = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-policy"
+    with PolicyServerProcess(model, threads=1, log_path=tmp_path / "server.log", dtype=dtype) as server:
+        body = {"model": server.model_name, "messages": MESSAGES, "max_tokens": 4, "temperature": 0}
+        r = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+    assert f"1 threads, {served}, seed" in (tmp_path / "server.log").read_text()

@@ -23,7 +23,7 @@ from .cache import PrefillStats, PrefixCache
 from .errors import GenerationError, UnknownModelError
 from .forward import LeanDecoder
 from .kv import GrowableLayer, new_batch_cache, row_kv, stack_prefixes
-from .precision import resolve_dtype
+from .precision import BF16_CPU_FLAGS, bf16_cpu_flags, resolve_dtype
 from .sampling import Completion, SamplingParams, sample
 from .weights import activate_adapter, delete_adapter, directory_stamp, load_adapter, load_base_weights
 
@@ -128,6 +128,13 @@ class PolicyEngine:
         """What the model computes in (``--dtype``, resolved); adapters loaded later take it too."""
         if self.dtype != torch.float32:
             self.model.to(self.dtype)  # tied embedding and head stay one tensor
+            if not bf16_cpu_flags():
+                logger.warning(
+                    "serving in %s on a CPU without native bf16 (no %s in /proc/cpuinfo): it is emulated and "
+                    "likely slower than --dtype float32",
+                    self.dtype,
+                    " or ".join(BF16_CPU_FLAGS),
+                )
         self.config = self.model.config.get_text_config()
         self.max_model_len = int(getattr(self.config, "max_position_embeddings", 0) or 1 << 20)
         eos = self.model.generation_config.eos_token_id
