@@ -54,6 +54,24 @@ def test_bad_config_fails_with_the_intended_message(flags, message, tmp_path, ca
     assert not out.exists(), "nothing may be written for a config that cannot run"
 
 
+@pytest.mark.parametrize("where", ["flag", "yaml"])
+def test_an_unknown_policy_server_dtype_is_refused(where, tmp_path, capsys, monkeypatch):
+    from trainers.grpo import cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "run"
+    config = Path(QUICKSTART)
+    flags = ["--policy_server_dtype", "float16"] if where == "flag" else []
+    if where == "yaml":
+        config = tmp_path / "config.yaml"
+        config.write_text(Path(QUICKSTART).read_text() + "\npolicy_server_dtype: float16\n")
+    with pytest.raises(SystemExit) as exc:
+        cli(["--config", str(config), "--output_dir", str(out), *flags])
+    assert exc.value.code == 2
+    assert "float16" in (err := capsys.readouterr().err) and "bfloat16" in err, err
+    assert not out.exists()
+
+
 def test_level_weights_repeat_tasks_deterministically():
     from langgraph_evolver.environment import load_environment
     from trainers.config import parse_level_weights

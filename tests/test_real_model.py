@@ -146,3 +146,32 @@ def test_lean_decode_and_runtime_lora_on_the_llama_architecture(smollm2):
         for w, g in zip(want, got, strict=True):
             assert g.token_ids == w.token_ids, model
             assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs, strict=True)) < 1e-4
+
+
+@pytest.mark.timeout(600)
+def test_bf16_serving_with_a_runtime_adapter_stays_close_to_fp32(smollm2):
+    """``--dtype bfloat16`` (what ``auto`` picks on a bf16 CPU) with the warm-start adapter loaded at runtime:
+    greedy decoding picks the fp32 engine's tokens and their logprobs differ by bf16 rounding only (measured:
+    mean 0.013 / 0.005 and max 0.048 / 0.028 without / with the adapter over 16 tokens)."""
+    import torch
+
+    from trainers.serving.engine import PolicyEngine
+    from trainers.serving.sampling import SamplingParams
+
+    torch.set_num_threads(2)
+    engines = {dtype: PolicyEngine(smollm2, dtype=dtype) for dtype in ("float32", "bfloat16")}
+    for engine in engines.values():
+        engine.load_adapter("warm", str(WARM))
+    assert engines["bfloat16"].dtype is torch.bfloat16
+    assert all(p.dtype is torch.bfloat16 for p in engines["bfloat16"].model.parameters())  # adapter included
+    tok = engines["float32"].tokenizer
+    messages = [{"role": "system", "content": "Use the tools to act for the user."},
+                {"role": "user", "content": "What is Pia's phone number?"}]  # fmt: skip
+    prompt = tok.apply_chat_template(messages, tools=[], add_generation_prompt=True, tokenize=False)
+    ids = tok(prompt, add_special_tokens=False).input_ids
+    for model in (None, "warm"):
+        params = [SamplingParams(temperature=0, max_tokens=16)]
+        want, got = (engines[d].generate([ids], params, model=model)[0] for d in ("float32", "bfloat16"))
+        assert got.token_ids == want.token_ids, model
+        gaps = [abs(a - b) for a, b in zip(got.logprobs, want.logprobs, strict=True)]
+        assert max(gaps) < 0.1 and sum(gaps) / len(gaps) < 0.03, (model, gaps)

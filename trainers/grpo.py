@@ -540,7 +540,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         out.mkdir(parents=True, exist_ok=True)
         server = PolicyServerProcess(model_path, log_path=out / "policy_server.log",
                                      allowed_weight_dirs=[out, *([cfg.init_adapter] if cfg.init_adapter else [])],
-                                     threads=cfg.policy_server_threads,
+                                     threads=cfg.policy_server_threads, dtype=cfg.policy_server_dtype,
                                      max_batch_size=cfg.policy_server_max_batch_size,
                                      extra_args=["--allow-template-without-tools"]
                                      * cfg.allow_template_without_tools)  # fmt: skip

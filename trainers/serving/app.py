@@ -171,6 +171,7 @@ def create_app(
     prefix_cache_max_tokens: int = 65536,
     kv_spare_columns: int = 64,
     lean_decode: bool = True,
+    dtype: str = "float32",
     allow_template_without_tools: bool = False,
     api_key: str | None = None,
     allow_runtime_updates: bool = True,
@@ -192,7 +193,8 @@ def create_app(
     (``scheduler.stats`` counts batches and requests, ``engine.prefill_stats`` and
     ``engine.prefix_cache.stats`` the prefill tokens saved); the worker stops when the app shuts down.
     A chat template that drops the tools it is given is refused (``TemplateDropsTools``) unless
-    ``allow_template_without_tools``, which logs a warning instead.
+    ``allow_template_without_tools``, which logs a warning instead. ``dtype`` is ``PolicyEngine``'s (fp32 here,
+    ``auto`` on the command line).
     """
     import torch
 
@@ -213,6 +215,7 @@ def create_app(
         prefix_cache=cache,
         kv_spare_columns=kv_spare_columns,
         lean_decode=lean_decode,
+        dtype=dtype,
     )
     from trainers.tool_templates import TemplateDropsTools, check_renders_tools
 

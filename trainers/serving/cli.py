@@ -17,6 +17,7 @@ from langgraph_evolver._serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_HEA
 from .access import API_KEY_ENV, WeightAccess, check_api_key, check_bind, is_loopback, split_dirs
 from .app import DEFAULT_MAX_REQUEST_BYTES, create_app
 from .engine import PolicyEngine
+from .precision import DTYPE_CHOICES
 
 __all__ = ["main", "make_parser"]
 
@@ -60,6 +61,14 @@ def make_parser() -> argparse.ArgumentParser:
         default=True,
         help="decode steps of Qwen2/Llama models without transformers' forward wrappers (same modules, same "
         "results, less overhead); --no-lean-decode keeps transformers' forward",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default="auto",
+        help="what the model computes in: auto (default) = bfloat16 on a CPU with native bf16 (amx_bf16 or "
+        "avx512_bf16 in /proc/cpuinfo) for a model of 20M+ parameters, float32 otherwise; logprobs are then those of "
+        "the bf16 model, so pair bf16 with importance correction (TIS) against an fp32 trainer",
     )
     p.add_argument("--prefix-cache-block-size", type=int, default=16, help="tokens per cached block")
     p.add_argument(
@@ -143,6 +152,7 @@ def _create(args: argparse.Namespace) -> Any:
         prefix_cache_max_tokens=args.prefix_cache_max_tokens,
         kv_spare_columns=args.kv_spare_columns,
         lean_decode=args.lean_decode,
+        dtype=args.dtype,
         allow_template_without_tools=args.allow_template_without_tools,
         api_key=args.api_key,
         allow_runtime_updates=args.allow_runtime_updates,
@@ -209,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     logger.info(
         "policy server: model %s served as %r (%.2fM params, max_model_len %d), max batch %d rows, "
-        "max new tokens %d, %d threads, seed %d, prefix caching %s, listening on http://%s:%d/v1",
+        "max new tokens %d, %d threads, %s, seed %d, prefix caching %s, listening on http://%s:%d/v1",
         engine.model_path,
         engine.served_model_name,
         engine.num_parameters / 1e6,
@@ -217,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.max_batch_size,
         args.max_new_tokens_cap,
         torch.get_num_threads(),
+        str(engine.dtype).removeprefix("torch."),
         args.seed,
         "on" if engine.prefix_cache is not None else "off",
         args.host,

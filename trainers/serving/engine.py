@@ -23,6 +23,7 @@ from .cache import PrefillStats, PrefixCache
 from .errors import GenerationError, UnknownModelError
 from .forward import LeanDecoder
 from .kv import GrowableLayer, new_batch_cache, row_kv, stack_prefixes
+from .precision import BF16_CPU_FLAGS, bf16_cpu_flags, resolve_dtype
 from .sampling import Completion, SamplingParams, sample
 from .weights import activate_adapter, delete_adapter, directory_stamp, load_adapter, load_base_weights
 
@@ -94,6 +95,10 @@ class PolicyEngine:
             bigger buffer (``kv.GrowableLayer``); 0 concatenates at every step, as transformers does.
         lean_decode: run decode steps through ``forward.LeanDecoder`` when the model is one it
             supports (Qwen2, Llama); False keeps transformers' forward.
+        dtype: what the model computes in: ``float32``, ``bfloat16`` (weights, activations, KV cache and runtime
+            LoRA adapters; logits are sampled in fp32), or ``auto`` (``precision.resolve_dtype``: bf16 on a CPU
+            with native bf16 for a model big enough to gain from it). The default keeps fp32, which matches an
+            fp32 trainer's logprobs exactly; the command line defaults to ``auto``.
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class PolicyEngine:
         prefix_cache: PrefixCache | None = None,
         kv_spare_columns: int = 64,
         lean_decode: bool = True,
+        dtype: str | torch.dtype = "float32",
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -117,6 +123,18 @@ class PolicyEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
         self.model.eval()
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.dtype = resolve_dtype(dtype, num_parameters=self.num_parameters)
+        """What the model computes in (``--dtype``, resolved); adapters loaded later take it too."""
+        if self.dtype != torch.float32:
+            self.model.to(self.dtype)  # tied embedding and head stay one tensor
+            if not bf16_cpu_flags():
+                logger.warning(
+                    "serving in %s on a CPU without native bf16 (no %s in /proc/cpuinfo): it is emulated and "
+                    "likely slower than --dtype float32",
+                    self.dtype,
+                    " or ".join(BF16_CPU_FLAGS),
+                )
         self.config = self.model.config.get_text_config()
         self.max_model_len = int(getattr(self.config, "max_position_embeddings", 0) or 1 << 20)
         eos = self.model.generation_config.eos_token_id
@@ -138,7 +156,6 @@ class PolicyEngine:
         # Joining rows into a running batch edits the cache tensors; only plain layers allow it.
         probe = DynamicCache(config=self.model.config)
         self.can_join = all(type(layer) is DynamicLayer for layer in probe.layers)
-        self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.prefix_cache = prefix_cache if self.can_join else None
         self.kv_spare_columns = kv_spare_columns
         self.lean_decoder = LeanDecoder(self.model) if lean_decode and LeanDecoder.supports(self.model) else None

@@ -89,6 +89,7 @@ class PolicyServerProcess:
     of ``log_path`` when one is given (launchers write the log into the run's output directory, where the trainer
     saves what it publishes), else runtime loading is off. ``api_key`` (default ``$EVOLVER_POLICY_API_KEY``)
     reaches the child through its environment, never its command line; clients send it via ``policy_api_key``.
+    ``dtype`` is its ``--dtype`` (None: the server's default, ``auto``).
 
     Example:
         >>> with PolicyServerProcess("checkpoints/tiny-policy") as server:   # doctest: +SKIP
@@ -110,6 +111,7 @@ class PolicyServerProcess:
         extra_args: list[str] | None = None,
         allowed_weight_dirs: Sequence[str | Path] | None = None,
         api_key: str | None = None,
+        dtype: str | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").exists():
@@ -123,6 +125,7 @@ class PolicyServerProcess:
         self.threads = threads
         self.max_batch_size = max_batch_size
         self.prefix_caching = prefix_caching
+        self.dtype = dtype
         self.log_path = (
             Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="policy_server_", suffix=".log")[1])
         )
@@ -156,6 +159,8 @@ class PolicyServerProcess:
             cmd += ["--threads", str(self.threads)]
         if not self.prefix_caching:
             cmd.append("--no-enable-prefix-caching")
+        if self.dtype:
+            cmd += ["--dtype", self.dtype]
         if self.allowed_weight_dirs is not None:  # each must exist: the server refuses to start otherwise
             cmd += runtime_update_flags(self.allowed_weight_dirs)
         cmd += self.extra_args
