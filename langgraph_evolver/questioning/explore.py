@@ -20,6 +20,7 @@ the environment: a server that exits).
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import random
@@ -32,8 +33,9 @@ from typing import Any
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
 from ..environment import Environment
-from .profile import WRITE_VERBS, singular, tool_entity, tool_verb
+from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
+from .results import read_result
 
 __all__ = ["EXPLORE_QUERY", "SLOW_FAILURE_S", "aexplore", "exploration_task", "explore", "unsafe_tools"]
 
@@ -112,6 +114,26 @@ def _json_type(prop: Mapping[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def _fits(value: Any, json_type: str | None) -> Any:
+    """``value`` as an argument of ``json_type``, or ``None``: an id seen as ``3`` fills a string ``"3"`` and an id
+    seen as ``"3"`` an integer (servers print ids in prose and JSON alike)."""
+    if _type_ok(value, json_type):
+        return value
+    if json_type == "string" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if json_type == "integer" and isinstance(value, str) and re.fullmatch(r"-?\d{1,15}", value):
+        return int(value)
+    return None
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def _is_date(arg: str, prop: Mapping[str, Any]) -> bool:
+    """A date argument: ``format: date``/``date-time``, or a name such as ``date``, ``start_date``, ``day``."""
+    return prop.get("format") in ("date", "date-time") or "date" in arg.lower().split("_") or arg.lower() == "day"
+
+
 def _type_ok(value: Any, json_type: str | None) -> bool:
     if json_type == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -142,7 +164,10 @@ class _Explorer:
             self.tools[fn["name"]] = {
                 "props": {k: self._resolve(v, defs) for k, v in (params.get("properties") or {}).items()},
                 "required": list(params.get("required") or []),
+                "writes": tool_kind(fn["name"], fn.get("description") or "") == "write",
             }
+        self.descriptions = {schema.get("function", schema)["name"]: schema.get("function", schema).get("description")
+                             or "" for schema in tools}  # fmt: skip
         self.examples: dict[str, str] = {}
         for tool in self.tools.values():  # "Date, e.g. May 3": an example value, shared by argument name
             for arg, prop in tool["props"].items():
@@ -188,8 +213,11 @@ class _Explorer:
         entity = head if head and suffix in _ID_SUFFIXES else None
         tiers: tuple[list[_Seen], ...] = ([], [], [], [])
         for s in self.seen:
-            if not _type_ok(s.value, json_type):
+            value = _fits(s.value, json_type)
+            if value is None:
                 continue
+            if value is not s.value:
+                s = _Seen(key=s.key, value=value, entity=s.entity, step=s.step)
             if s.key in keys:
                 tiers[0].append(s)
             elif entity is not None and s.key in (suffix, entity) and entity in s.entity:
@@ -221,6 +249,8 @@ class _Explorer:
             return True, self.rng.choice(values)
         if _names_record(arg):
             return False, None
+        if json_type in ("string", None) and _is_date(arg, prop):
+            return True, self._date(prop)
         if json_type == "boolean":
             return True, self.rng.random() < 0.5
         if json_type in ("integer", "number"):
@@ -233,6 +263,13 @@ class _Explorer:
                 return True, re.sub(first_digit, lambda _: str(self.rng.randint(1, 9)), example, count=1)
             return True, f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"
         return False, None
+
+    def _date(self, prop: Mapping[str, Any]) -> str:
+        """A date seen in an earlier result, else one of the next three days (servers book the near future)."""
+        seen = sorted({str(s.value)[:10] for s in self.seen if isinstance(s.value, str) and _ISO_DATE.match(s.value)})
+        soon = dt.date.today() + dt.timedelta(days=self.rng.randint(1, 3))
+        day = self.rng.choice(seen) if seen else soon.isoformat()
+        return f"{day}T10:00:00" if prop.get("format") == "date-time" else day
 
     def _fill_object(self, prop: Mapping[str, Any], *, recent: bool, depth: int) -> tuple[bool, Any]:
         if depth > _MAX_DEPTH:
@@ -300,7 +337,7 @@ class _Explorer:
                     needs_ids = any(_names_record(a) for a in self.tools[n]["required"])
                     if needs_ids and self.fillable(n, recent=True):
                         w += 3.0
-                    if tool_verb(n) in WRITE_VERBS:
+                    if self.tools[n]["writes"]:
                         w += 0.5
                     if n in self.used[-3:]:
                         w *= 0.3
@@ -320,23 +357,23 @@ class _Explorer:
                     del self.tools[obs.name]
                 continue
             entity = tool_entity(obs.name)
-            try:
-                data = json.loads(obs.content)
-            except (json.JSONDecodeError, TypeError):
-                token = obs.content.strip()  # a bare id returned by a create tool ("b101")
+            data = read_result(obs.content)  # one document, several, lines, or prose naming records
+            if isinstance(data, str):
+                token = data.strip()  # a bare id returned by a create tool ("b101")
                 if (
-                    tool_verb(obs.name) in WRITE_VERBS
+                    self.tools.get(obs.name, {}).get("writes")
                     and re.fullmatch(r"[\w.:-]{1,40}", token)
                     and any(c.isdigit() for c in token)
                 ):
                     self.seen.append(_Seen(key=f"{entity}_id", value=token, entity=entity, step=self.step))
                 continue
-            _harvest(data, "", entity, self.step, self.seen)
+            # a bare list of scalars (``list_zones -> ["north", ...]``) holds values of the tool's entity
+            _harvest(data, entity if isinstance(data, list) else "", entity, self.step, self.seen)
         self.step += 1
 
 
 def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int, n_breadth: int,
-                n_depth: int) -> Trajectory:  # fmt: skip
+                n_depth: int, task_setup: bool = False) -> Trajectory:  # fmt: skip
     digest = hashlib.sha1(f"{task.id}|{seed}|{n_breadth}|{n_depth}".encode()).hexdigest()
     errors = tuple(f"step {s.index}: {o.content[:160]}" for s in steps for o in s.observations if o.is_error)
     return Trajectory(
@@ -346,7 +383,9 @@ def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int
         finish_reason="max_turns",
         errors=errors,
         metadata={"explorer": "schema", "seed": seed, "n_breadth": n_breadth, "n_depth": n_depth,
-                  "dropped_tools": list(explorer.dropped)},
+                  "dropped_tools": list(explorer.dropped), "tool_descriptions": dict(explorer.descriptions),
+                  "tool_arguments": {name: list(t["required"]) for name, t in explorer.tools.items()},
+                  "task_setup": task_setup},
     )  # fmt: skip
 
 
@@ -394,7 +433,8 @@ def explore(
         result = env.step(Action(tool_calls=(call,)))
         explorer.observe(result.observations, time.perf_counter() - started)
         steps.append(_step(i, call, result.observations, phase))
-    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
+    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth,
+                       task_setup=bool(getattr(env, "supports_task_setup", False)))  # fmt: skip
 
 
 async def aexplore(
@@ -410,7 +450,8 @@ async def aexplore(
         result = await env.astep(Action(tool_calls=(call,)))
         explorer.observe(result.observations, time.perf_counter() - started)
         steps.append(_step(i, call, result.observations, phase))
-    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
+    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth,
+                       task_setup=bool(getattr(env, "supports_task_setup", False)))  # fmt: skip
 
 
 def _step(index: int, call: ToolCall, observations: Sequence[ToolObservation], phase: str) -> Step:
