@@ -134,6 +134,14 @@ def _is_date(arg: str, prop: Mapping[str, Any]) -> bool:
     return prop.get("format") in ("date", "date-time") or "date" in arg.lower().split("_") or arg.lower() == "day"
 
 
+def _numbers_named(text: str) -> list[int]:
+    """The numbers a text allows: every value of a range it names ("8 to 18", "1-12", "between 2 and 5"), else the
+    numbers it names; ``[]`` when none."""
+    ranges = re.findall(r"\b(\d{1,6})\s*(?:to|-|–|and|through)\s*(\d{1,6})\b", text)
+    values = [v for lo, hi in ranges if 0 <= int(hi) - int(lo) <= 1000 for v in range(int(lo), int(hi) + 1)]
+    return values or [int(x) for x in re.findall(r"(?<![\w.-])\d{1,6}(?![\w.-])", text)]
+
+
 def _type_ok(value: Any, json_type: str | None) -> bool:
     if json_type == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -168,6 +176,9 @@ class _Explorer:
             }
         self.descriptions = {schema.get("function", schema)["name"]: schema.get("function", schema).get("description")
                              or "" for schema in tools}  # fmt: skip
+        self.numbers = {name: _numbers_named(text) for name, text in self.descriptions.items()}
+        """Numbers a tool's description (then its error messages) names: "one hour today (8 to 18)" -> 8..18."""
+        self._tool = ""
         self.examples: dict[str, str] = {}
         for tool in self.tools.values():  # "Date, e.g. May 3": an example value, shared by argument name
             for arg, prop in tool["props"].items():
@@ -255,7 +266,7 @@ class _Explorer:
             return True, self.rng.random() < 0.5
         if json_type in ("integer", "number"):
             named = [int(x) for x in re.findall(r"\b\d+\b", prop.get("description", ""))]
-            return True, self.rng.choice(named or [1, 2, 3, 5, 10, 20])
+            return True, self.rng.choice(named or self.numbers.get(self._tool) or [1, 2, 3, 5, 10, 20])
         if json_type in ("string", None):
             example = self.examples.get(arg)
             if example:
@@ -307,6 +318,7 @@ class _Explorer:
 
     def arguments(self, name: str, *, recent: bool) -> dict[str, Any]:
         tool = self.tools[name]
+        self._tool = name
         args: dict[str, Any] = {}
         for arg, prop in tool["props"].items():
             required = arg in tool["required"]
@@ -351,6 +363,9 @@ class _Explorer:
     def observe(self, observations: Sequence[ToolObservation], seconds: float = 0.0) -> None:
         for obs in observations:
             if obs.is_error:
+                hinted = _numbers_named(obs.content)  # "pick an hour from 8 to 18": try those next
+                if hinted:
+                    self.numbers[obs.name] = hinted
                 tool = self.tools.get(obs.name)
                 if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
                     self.dropped.append(obs.name)

@@ -25,6 +25,7 @@ from langgraph_evolver.types import Task
 from .explore import exploration_task, explore, unsafe_tools
 from .explore_llm import aexplore_with_model
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
+from .profile import tool_kind
 from .reach import explain_unreached, next_setup
 from .store import TaskStore
 from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
@@ -65,6 +66,19 @@ class PipelineReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _writes_first(candidates: Sequence[Task], descriptions: Mapping[str, str]) -> list[Task]:
+    """``candidates`` reordered two that call a write tool, then one that only reads, and so on: the filters stop
+    at the number wanted, and a task that changes the state teaches more than one more read."""
+    writes = [t for t in candidates if any(tool_kind(c.name, descriptions.get(c.name, "")) == "write"
+                                           for c in t.reference_solution or ())]  # fmt: skip
+    reads = [t for t in candidates if t not in writes]
+    out: list[Task] = []
+    while writes or reads:
+        out += writes[:2] + reads[:1]
+        writes, reads = writes[2:], reads[1:]
+    return out
 
 
 def _explore_once(factory: TaskEnvironmentFactory, task: Task, **options: Any) -> Any:
@@ -196,11 +210,15 @@ async def asynthesize_tasks(
                 candidates = synthesize(
                     trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
                 )
-            new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
-            report = report.merge(batch)
             # one world only (no seed tasks): at most half the tasks from one exploration, so they come from
-            # several explored initial states (next_setup)
-            new = new[: min(n - len(kept), n if seeds else max(1, -(-n // 2)))]
+            # several explored initial states (next_setup); two tasks that write for one that only reads
+            wanted = min(n - len(kept), n if seeds else max(1, -(-n // 2)))
+            if not seeds:
+                candidates = _writes_first(candidates, trajectory.metadata.get("tool_descriptions") or {})
+            new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint,
+                                      limit=None if seeds else wanted)  # fmt: skip
+            report = report.merge(batch)
+            new = new[:wanted]
             kept.extend(new)
             bar.update(len(new))
             bar.set_postfix(explorations=rounds, candidates=report.candidates)
