@@ -177,3 +177,69 @@ def test_a_tool_no_result_can_open_is_named_with_what_was_missing(tmp_path):
     assert any(s.startswith("count_lockers") for s in entry["could_come_from"])
     assert "never reached empty_locker: no earlier result held 'locker_id'" in out.stdout
     assert "raise --max-explorations" not in out.stdout
+
+
+# -- wording ---------------------------------------------------------------------------------------------------
+
+
+def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
+    from langgraph_evolver.questioning.wording import clause, describe_with_descriptions, record_names
+    from langgraph_evolver.types import ToolObservation
+
+    cancel = ToolCall(name="cancel", arguments={"booking_id": "B1"})
+    assert clause(cancel, "", {}) == "cancel booking B1"  # was "cancel a cancel for booking B1 (use cancel)"
+    assert clause(cancel, "Cancel a booking; its slot becomes free again.", {}) == "cancel booking B1"
+    renew = ToolCall(name="renew_permit", arguments={"permit_id": 2, "months": 3})
+    assert clause(renew, "Extend an active permit by some months.", {}) == "extend active permit 2 by 3 months"
+    info = ToolCall(name="zone_info", arguments={"zone": "old town"})
+    assert clause(info, "Fee per month, permit cap and streets for one zone.", {}) == (
+        "tell me the fee per month, permit cap and streets for zone 'old town'"
+    )
+    doctors = ToolObservation(call_id="1", name="list_doctors", content='{"id": "D1", "name": "Dr Ana Ruiz"}')
+    records = record_names([doctors])
+    slots = ToolCall(name="find_slots", arguments={"doctor_id": "D1", "date": "2026-12-01"})
+    query = describe_with_descriptions(
+        [(slots, doctors)], {"find_slots": "Free appointment slots of a doctor on a date (YYYY-MM-DD)."}, records
+    )
+    assert "doctor D1 (Dr Ana Ruiz)" in query and "date 2026-12-01" in query and "find_slots" not in query
+
+
+# -- the state a task is checked on ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_reads_with_arguments_make_a_booking_visible_so_doing_nothing_scores_zero():
+    """The clinic's bookings show in no argument-free tool: without the task's snapshot calls a booking changed
+    nothing the check could see (a write task passed for a read, and an agent doing nothing matched its state)."""
+    import dataclasses
+    import datetime as dt
+
+    from langgraph_evolver.questioning.filters import check_feasibility
+    from langgraph_evolver.types import Task
+
+    name = spec("clinic.py")
+    day = (dt.date.today() + dt.timedelta(days=1)).isoformat()
+    slots = ToolCall(name="find_slots", arguments={"doctor_id": "D2", "date": day})
+    book = ToolCall(name="book", arguments={"patient": "Ann Lee", "slot_id": f"D2-{day.replace('-', '')}-1400"})
+    task = Task(id="synthetic-book", query="Book Dr Omar Haddad's 14:00 slot for Ann Lee.", env=name,
+                reference_solution=(book,), source="synthetic",
+                metadata={"snapshot_calls": [{"name": slots.name, "arguments": slots.arguments}]})  # fmt: skip
+    bare = dataclasses.replace(task, metadata={})
+
+    def factory(_task: Task):
+        return load_environment(name)
+
+    assert check_feasibility(bare, factory)[1]["state_changed"] is False
+    reason, info = check_feasibility(task, factory)
+    assert reason is None and info["state_changed"] is True
+    env = load_environment(name)
+    try:
+        env.reset(task)
+        env.step(Action(content="Booked."))
+        assert env.evaluate() == 0.0
+        env.reset(task)
+        env.step(Action(tool_calls=(dataclasses.replace(book, id="c1"),)))
+        env.step(Action(content="Booked."))
+        assert env.evaluate() == 1.0
+    finally:
+        env.close()

@@ -1,7 +1,8 @@
 """A residential parking-permit office as an MCP server (FastMCP, stdio), written as a user would.
 
 Zones have a monthly fee and a cap on permits; a resident applies for a permit for a plate in a zone,
-renews it or has it revoked. State lives in the process: one server process, one office.
+renews it or has it revoked. The office opens with no permits issued. State lives in the process: one
+server process, one office.
 
 Run:
     python examples/mcp_servers/permits.py
@@ -18,10 +19,8 @@ ZONES = {
     "harbour": {"fee": 20.0, "cap": 2, "streets": ["Quay Rd"]},
     "old town": {"fee": 15.0, "cap": 4, "streets": ["Market Sq", "Mill Lane"]},
 }
-PERMITS: dict[int, dict] = {
-    1: {"permit_id": 1, "plate": "KX-204", "zone": "north", "months": 6, "status": "active"},
-}
-_next_id = [2]
+PERMITS: dict[int, dict] = {}
+_next_id = [1]
 
 
 @mcp.tool()

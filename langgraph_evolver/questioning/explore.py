@@ -134,6 +134,18 @@ def _is_date(arg: str, prop: Mapping[str, Any]) -> bool:
     return prop.get("format") in ("date", "date-time") or "date" in arg.lower().split("_") or arg.lower() == "day"
 
 
+_ENDING_VERBS = frozenset({"delete", "remove", "cancel", "revoke", "release", "drop", "void", "close", "archive",
+                           "throw", "discard", "terminate", "end", "destroy", "purge", "clear",
+                           "withdraw"})  # fmt: skip
+
+
+def _ends_record(name: str, description: str) -> bool:
+    """A tool that ends the record it acts on (``revoke_permit``, "Throw a note away"): by its name's or its
+    description's first word."""
+    words = [name.split("_", 1)[0].lower(), *re.findall(r"[a-z]+", description.lower())[:1]]
+    return any(w in _ENDING_VERBS for w in words)
+
+
 def _numbers_named(text: str) -> list[int]:
     """The numbers a text allows: every value of a range it names ("8 to 18", "1-12", "between 2 and 5"), else the
     numbers it names; ``[]`` when none."""
@@ -173,6 +185,7 @@ class _Explorer:
                 "props": {k: self._resolve(v, defs) for k, v in (params.get("properties") or {}).items()},
                 "required": list(params.get("required") or []),
                 "writes": tool_kind(fn["name"], fn.get("description") or "") == "write",
+                "ends": _ends_record(fn["name"], fn.get("description") or ""),
             }
         self.descriptions = {schema.get("function", schema)["name"]: schema.get("function", schema).get("description")
                              or "" for schema in tools}  # fmt: skip
@@ -187,6 +200,7 @@ class _Explorer:
                     self.examples.setdefault(arg, found.group(1).strip())
         self.seen: list[_Seen] = []
         self.used: list[str] = []
+        self.made: set[tuple[str, str]] = set()
         self.step = 0
         self.dropped: list[str] = []
         """Tools whose failing call took ``SLOW_FAILURE_S`` or more, or had no parameters; left out from then on."""
@@ -334,6 +348,17 @@ class _Explorer:
         return args
 
     def next_call(self, phase: str) -> ToolCall:
+        """The next call; one already made with the same arguments is drawn again (up to 3 draws): it would read
+        the same result, or write nothing new ("revoke permit 1" twice) or fail."""
+        for _ in range(3):
+            call = self._draw(phase)
+            key = (call.name, json.dumps(call.arguments, sort_keys=True, default=str))
+            if key not in self.made:
+                break
+        self.made.add(key)
+        return call
+
+    def _draw(self, phase: str) -> ToolCall:
         names = sorted(self.tools)
         if phase == "breadth":
             unused = [n for n in names if n not in self.used]
@@ -349,8 +374,8 @@ class _Explorer:
                     needs_ids = any(_names_record(a) for a in self.tools[n]["required"])
                     if needs_ids and self.fillable(n, recent=True):
                         w += 3.0
-                    if self.tools[n]["writes"]:
-                        w += 0.5
+                    if self.tools[n]["writes"]:  # a write that ends a record (cancel, revoke) after one that uses it
+                        w += 0.5 if self.tools[n]["ends"] else 1.5
                     if n in self.used[-3:]:
                         w *= 0.3
                 weights.append(w)

@@ -282,12 +282,8 @@ def filter_tasks(
     index: DuplicateIndex,
     tool_names: Sequence[str] | None = None,
     fingerprint: Callable[[Any], Any] = state_fingerprint,
-    limit: int | None = None,
 ) -> tuple[list[Task], FilterReport]:
     """Run the three filters in order (invalid, duplicate, feasibility).
-
-    ``limit``: stop once that many are kept; the candidates not looked at are not counted (a feasibility
-    replay starts a fresh instance: an MCP server process).
 
     A candidate whose id is taken (``DuplicateIndex.add_ids``: kept earlier, or in the store)
     is a duplicate too: the id hashes the world and the reference, so it is the same task phrased
@@ -299,11 +295,7 @@ def filter_tasks(
     vectors = index.embed([t.query for t in valid]) if valid else []
     kept: list[Task] = []
     duplicate, infeasible = Counter[str](), Counter[str]()
-    looked = 0
     for task, vector in zip(valid, vectors, strict=True):
-        if limit is not None and len(kept) >= limit:
-            break
-        looked += 1
         taken = index.id_match(task.id)  # the same reference in the same world, phrased anew
         hit = (taken, 1.0) if taken is not None else index.match([task.query], vector[None, :])[0]
         if hit is not None:
@@ -319,7 +311,7 @@ def filter_tasks(
         metadata = {**task.metadata, **extra, "filters": ["valid", "novel", "feasible"], "feasibility": info}
         kept.append(dataclasses.replace(task, metadata=metadata))
     report = FilterReport(
-        candidates=len(candidates) - (len(valid) - looked),
+        candidates=len(candidates),
         kept=len(kept),
         removed={
             "invalid": sum(invalid.values()),

@@ -68,17 +68,26 @@ class PipelineReport:
         return dataclasses.asdict(self)
 
 
-def _writes_first(candidates: Sequence[Task], descriptions: Mapping[str, str]) -> list[Task]:
-    """``candidates`` reordered two that call a write tool, then one that only reads, and so on: the filters stop
-    at the number wanted, and a task that changes the state teaches more than one more read."""
-    writes = [t for t in candidates if any(tool_kind(c.name, descriptions.get(c.name, "")) == "write"
-                                           for c in t.reference_solution or ())]  # fmt: skip
-    reads = [t for t in candidates if t not in writes]
-    out: list[Task] = []
-    while writes or reads:
-        out += writes[:2] + reads[:1]
-        writes, reads = writes[2:], reads[1:]
-    return out
+def _filter_preferring_writes(
+    candidates: Sequence[Task], descriptions: Mapping[str, str], wanted: int, **options: Any
+) -> tuple[list[Task], FilterReport]:
+    """``filter_tasks`` one candidate at a time until ``wanted`` are kept: those that call a write tool first, up to
+    all but a third of ``wanted``, then those that only read, then the other writes. A task that changes the
+    state teaches more than one more read, and the filters stop at the number wanted (each replay starts a
+    fresh instance: an MCP server process)."""
+    pools: dict[bool, list[Task]] = {True: [], False: []}
+    for task in candidates:
+        calls = task.reference_solution or ()
+        pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
+    kept: list[Task] = []
+    report = FilterReport()
+    for writes, limit in ((True, wanted - wanted // 3), (False, wanted), (True, wanted)):
+        pool = pools[writes]
+        while pool and len(kept) < limit:
+            new, batch = filter_tasks([pool.pop(0)], **options)
+            report = report.merge(batch)
+            kept.extend(new)
+    return kept, report
 
 
 def _explore_once(factory: TaskEnvironmentFactory, task: Task, **options: Any) -> Any:
@@ -211,12 +220,14 @@ async def asynthesize_tasks(
                     trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
                 )
             # one world only (no seed tasks): at most half the tasks from one exploration, so they come from
-            # several explored initial states (next_setup); two tasks that write for one that only reads
+            # several explored initial states (next_setup); tasks that write first
             wanted = min(n - len(kept), n if seeds else max(1, -(-n // 2)))
-            if not seeds:
-                candidates = _writes_first(candidates, trajectory.metadata.get("tool_descriptions") or {})
-            new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint,
-                                      limit=None if seeds else wanted)  # fmt: skip
+            if seeds:
+                new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
+            else:
+                new, batch = _filter_preferring_writes(candidates, trajectory.metadata.get("tool_descriptions") or {},
+                                                       wanted, env_factory=factory, index=index,
+                                                       fingerprint=fingerprint)  # fmt: skip
             report = report.merge(batch)
             new = new[:wanted]
             kept.extend(new)

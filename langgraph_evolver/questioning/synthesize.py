@@ -24,6 +24,7 @@ from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .answers import normalized_arguments
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
+from .results import read_result
 from .wording import describe_with_descriptions, record_names
 
 __all__ = ["SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
@@ -113,6 +114,29 @@ def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
     return any(re.search(rf"(?<![\w-]){re.escape(str(v))}(?![\w-])", obs.content) for v in values)
 
 
+def _names_id(obs: ToolObservation, call: ToolCall) -> bool:
+    """Whether ``obs`` holds one of ``call``'s id arguments as a record's id (under ``id`` or ``<x>_id``, or named
+    in prose: "permit 3 revoked"), not merely the same digits elsewhere (a zone's ``"cap": 2``)."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    wanted = {str(v) for k, v in args.items() if k.endswith("_id") or k == "id"}
+    if not wanted:
+        return False
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if (k == "id" or str(k).endswith("_id")) and isinstance(v, str | int):
+                    found.add(str(v))
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+
+    visit(read_result(obs.content))
+    return bool(found & wanted)
+
+
 _CREATES = frozenset({"create", "add", "new", "save", "send", "book", "post", "request", "insert"})
 
 
@@ -129,7 +153,7 @@ def _with_producers(
                 chosen.add(j)
                 break
         else:
-            first = next((j for j in range(i) if _mentions(pairs[j][1], pairs[i][0])), None)
+            first = next((j for j in range(i) if _names_id(pairs[j][1], pairs[i][0])), None)
             if first is not None and writes is not None and writes(pairs[first][0].name):
                 chosen.add(first)
     return sorted(chosen)

@@ -31,7 +31,7 @@ from typing import Any
 
 from langgraph_evolver.types import ToolCall, ToolObservation
 
-from .profile import READ_VERBS, WRITE_VERBS, tool_kind
+from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
 from .results import read_result
 
 __all__ = ["clause", "describe_with_descriptions", "record_names"]
@@ -89,7 +89,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
         amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
                            re.I) if numeric else None  # fmt: skip
         if amount:  # "some months" + months=2: "2 months"
-            plural = noun if noun.endswith("s") or value == 1 else f"{noun}s"
+            plural = singular(noun) if value == 1 else noun if noun.endswith("s") else f"{noun}s"
             phrase = phrase.replace(amount.group(0), f"{value} {plural}", 1)
         elif found and not numeric:
             possessive = phrase[found.end() :].startswith("'s")
