@@ -146,12 +146,15 @@ def _ends_record(name: str, description: str) -> bool:
     return any(w in _ENDING_VERBS for w in words)
 
 
-def _numbers_named(text: str) -> list[int]:
+def _numbers_named(text: str, *, ranges_only: bool = False) -> list[int]:
     """The numbers a text allows: every value of a range it names ("8 to 18", "1-12", "between 2 and 5"), else the
-    numbers it names; ``[]`` when none."""
+    numbers it names (not for an error message: "cannot order 38" names the number that failed); ``[]`` when
+    none."""
     ranges = re.findall(r"\b(\d{1,6})\s*(?:to|-|–|and|through)\s*(\d{1,6})\b", text)
     values = [v for lo, hi in ranges if 0 <= int(hi) - int(lo) <= 1000 for v in range(int(lo), int(hi) + 1)]
-    return values or [int(x) for x in re.findall(r"(?<![\w.-])\d{1,6}(?![\w.-])", text)]
+    if values or ranges_only:
+        return values
+    return [int(x) for x in re.findall(r"(?<![\w.-])\d{1,6}(?![\w.-])", text)]
 
 
 def _type_ok(value: Any, json_type: str | None) -> bool:
@@ -388,9 +391,8 @@ class _Explorer:
     def observe(self, observations: Sequence[ToolObservation], seconds: float = 0.0) -> None:
         for obs in observations:
             if obs.is_error:
-                hinted = _numbers_named(obs.content)  # "pick an hour from 8 to 18": try those next
-                if hinted:
-                    self.numbers[obs.name] = hinted
+                # "an hour from 8 to 18": try those next; no range named: the smallest counts ("cannot order 20")
+                self.numbers[obs.name] = _numbers_named(obs.content, ranges_only=True) or [1, 2]
                 tool = self.tools.get(obs.name)
                 if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
                     self.dropped.append(obs.name)
