@@ -243,3 +243,12 @@ def test_reads_with_arguments_make_a_booking_visible_so_doing_nothing_scores_zer
         assert env.evaluate() == 1.0
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("module", ["results", "wording", "reach", "profile"])
+def test_the_new_modules_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"langgraph_evolver.questioning.{module}"))
+    assert result.failed == 0 and (result.attempted >= 1 or module == "reach")
