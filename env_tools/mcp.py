@@ -72,6 +72,7 @@ from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.loading import load_object
 from langgraph_evolver.questioning.judge import ReferenceAwareJudge
+from langgraph_evolver.questioning.results import render_result
 from langgraph_evolver.types import Action, Step, StepResult, Task, ToolCall, Trajectory
 
 _READ_PREFIXES = frozenset({"list", "get", "search", "count", "show", "read", "find"})
@@ -249,7 +250,8 @@ class _Connection:
             text = _render_content(output.content)
             if output.status == "error":  # an ``isError`` result
                 raise ToolException(text or f"{name} failed")
-            return text
+            artifact = output.artifact if isinstance(output.artifact, dict) else {}
+            return render_result(text, artifact.get("structured_content"))  # structuredContent the text lacks
         return _render_content(output)
 
     async def close(self) -> None:
@@ -737,8 +739,13 @@ class McpEnvironment(ToolsEnvironment):
         finally:
             _wait(conn.close())
 
+    supports_task_setup = True
+    """Tasks' ``metadata["setup"]`` calls build their initial state, and ``metadata["snapshot_calls"]`` (read calls
+    with arguments, as self-questioning records them) join ``state_snapshot``."""
+
     def state_snapshot(self) -> dict[str, Any]:
-        """The server's state as its read tools show it: what each of ``snapshot_tools`` answers now.
+        """The server's state as its read tools show it: what each of ``snapshot_tools`` answers now, then what
+        the task's ``snapshot_calls`` (reads with arguments: ``get_booking(B1)``) answer.
 
         ``state_fingerprint`` (self-questioning's filter, and the reference replay that scores synthesized
         tasks) compares these: the server's state is not in this process. The default tools are the server's
@@ -753,12 +760,16 @@ class McpEnvironment(ToolsEnvironment):
             name for name, tool in tools.items()
             if name not in state.hidden and name.split("_", 1)[0].lower() in _READ_PREFIXES
             and not ((tool.args_schema if isinstance(tool.args_schema, dict) else {}).get("required"))]  # fmt: skip
+        calls = [(name, {}) for name in sorted(names)]
+        probes = (self.task.metadata.get("snapshot_calls") if self.task is not None else None) or []
+        calls += [(c["name"], dict(c.get("arguments") or {})) for c in probes if c.get("name") in tools]
         snapshot: dict[str, Any] = {}
-        for name in sorted(names):
+        for name, arguments in calls:
+            key = name if not arguments else f"{name} {json.dumps(arguments, sort_keys=True)}"
             try:
-                snapshot[name] = _normal(_wait(state.connection.call(name, {})))
+                snapshot[key] = _normal(_wait(state.connection.call(name, arguments)))
             except Exception as e:  # a read that fails is part of the state as seen (the server died, say)
-                snapshot[name] = f"error: {type(e).__name__}: {e}"
+                snapshot[key] = f"error: {type(e).__name__}: {e}"
         return snapshot
 
     def profile(self) -> dict[str, Any]:

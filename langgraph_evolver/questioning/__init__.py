@@ -5,7 +5,8 @@
   ``python -m langgraph_evolver.questioning`` runs it from the command line.
 - Offline pieces (no model): ``explore`` / ``aexplore`` (schema-driven breadth/depth
   exploration), ``synthesize`` (tasks from sub-sequences of successful calls), ``filter_tasks``
-  (invalid, near-duplicate, infeasible), ``TaskStore``.
+  (invalid, near-duplicate, infeasible), ``TaskStore``; ``results.read_result`` (tool results as MCP servers
+  send them), ``wording`` (requests from tool descriptions), ``reach`` (tools never reached, initial states).
 - With a model: the LLM explorer graph (``create_explorer_graph``), ``LLMSynthesizer``,
   ``ReferenceAwareJudge`` as the reward of tasks whose environment has no state check, and
   ``arefine_profile``; each takes ``settings=LLMSettings(...)``. Prompts are in ``prompts.py``.

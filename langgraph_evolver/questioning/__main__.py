@@ -5,8 +5,9 @@ them (invalid references, near-duplicates of kept/seed/held-out tasks and of the
 already holds, infeasible references), writes the kept ones with their provenance to ``--out``
 and prints a summary of the filters, then one JSON line with the figures: ``kept``, ``stored``
 (new in ``--out``; equal to ``kept`` unless ``dropped_at_store`` says why not), ``in_store``,
-``state_changing`` (share of the kept tasks whose reference changes the state). Exits 0 when
-``--n`` tasks were stored.
+``state_changing`` (share of the kept tasks whose reference changes the state), ``initial_states``,
+``unreached`` (tools no exploration reached, with the id argument no earlier result held and the tools
+whose results could have). Exits 0 when ``--n`` tasks were stored, 1 when fewer.
 
 Run:
 
@@ -93,6 +94,16 @@ def run_setup(target: str) -> None:
     load_object(target, what="--setup")()
 
 
+def _unreached_line(entry: dict[str, Any]) -> str:
+    """One tool no exploration called without an error, and what was missing."""
+    name, missing, sources = entry["tool"], entry["missing"], entry["could_come_from"]
+    if not entry["calls"] and missing:
+        text = f"{name}: no earlier result held {' or '.join(repr(m) for m in missing)}"
+        text += f" (results that could: {', '.join(sources)})" if sources else " (no tool's results name that record)"
+        return text
+    return f"{name}: {entry['calls']} calls, all failed (last: {entry['last_error']})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     for target in args.setup:
@@ -132,8 +143,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"  stored {added} new tasks in {args.out} ({total} in all)" + (f"; not stored: {dropped}" if dropped else "")
     )
+    if report.initial_states > 1:
+        print(f"  explored {report.initial_states} initial states")
+    for entry in report.unreached:
+        print(f"  never reached {_unreached_line(entry)}")
     if added < args.n:
-        print(f"  only {added} of {args.n} stored: raise --max-explorations (spent {report.explorations}) or --n-depth")
+        print(
+            f"  only {added} of {args.n} stored: "
+            + (
+                "the tools above were never reached; more explorations read the same results (see what was missing)"
+                if report.unreached
+                else f"raise --max-explorations (spent {report.explorations}) or --n-depth"
+            )
+        )
     summary = {**report.to_dict(), "out": args.out, "stored": added, "dropped_at_store": dropped, "in_store": total}
     print(json.dumps(summary))
     return 0 if added >= args.n else 1

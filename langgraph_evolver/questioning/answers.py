@@ -28,6 +28,8 @@ from typing import Any
 
 from langgraph_evolver.types import Task, ToolCall
 
+from .results import read_result
+
 __all__ = ["EXPECTED_KEY", "calls_match_share", "expected_answer", "expected_values", "normalized_arguments"]
 
 EXPECTED_KEY = "expected_values"
@@ -64,15 +66,14 @@ def _text_values(text: str) -> Iterator[str]:
 
 
 def _values_of(observation: str) -> Iterator[str]:
-    try:
-        parsed = json.loads(observation)
-    except (TypeError, ValueError):
-        yield from _text_values(observation)
-        return
-    if isinstance(parsed, str):  # a JSON-encoded string: its text
+    """The values one result holds, read as MCP servers send it (``results.read_result``): the leaves of one JSON
+    document or several, each line of a list of lines whole ("old town", not "old" and "town"), and for prose
+    the records it names and its value-like words."""
+    parsed = read_result(observation)
+    if isinstance(parsed, str):  # prose naming no record, or a JSON-encoded string: its words
         yield from _text_values(parsed)
-    else:
-        yield from _leaves(parsed)
+        return
+    yield from _leaves(parsed)
 
 
 def expected_values(query: str, reference: Sequence[ToolCall], observations: Sequence[str]) -> list[str]:

@@ -20,6 +20,7 @@ the environment: a server that exits).
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import random
@@ -32,8 +33,9 @@ from typing import Any
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
 from ..environment import Environment
-from .profile import WRITE_VERBS, singular, tool_entity, tool_verb
+from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
+from .results import read_result
 
 __all__ = ["EXPLORE_QUERY", "SLOW_FAILURE_S", "aexplore", "exploration_task", "explore", "unsafe_tools"]
 
@@ -112,6 +114,49 @@ def _json_type(prop: Mapping[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def _fits(value: Any, json_type: str | None) -> Any:
+    """``value`` as an argument of ``json_type``, or ``None``: an id seen as ``3`` fills a string ``"3"`` and an id
+    seen as ``"3"`` an integer (servers print ids in prose and JSON alike)."""
+    if _type_ok(value, json_type):
+        return value
+    if json_type == "string" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if json_type == "integer" and isinstance(value, str) and re.fullmatch(r"-?\d{1,15}", value):
+        return int(value)
+    return None
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def _is_date(arg: str, prop: Mapping[str, Any]) -> bool:
+    """A date argument: ``format: date``/``date-time``, or a name such as ``date``, ``start_date``, ``day``."""
+    return prop.get("format") in ("date", "date-time") or "date" in arg.lower().split("_") or arg.lower() == "day"
+
+
+_ENDING_VERBS = frozenset({"delete", "remove", "cancel", "revoke", "release", "drop", "void", "close", "archive",
+                           "throw", "discard", "terminate", "end", "destroy", "purge", "clear",
+                           "withdraw"})  # fmt: skip
+
+
+def _ends_record(name: str, description: str) -> bool:
+    """A tool that ends the record it acts on (``revoke_permit``, "Throw a note away"): by its name's or its
+    description's first word."""
+    words = [name.split("_", 1)[0].lower(), *re.findall(r"[a-z]+", description.lower())[:1]]
+    return any(w in _ENDING_VERBS for w in words)
+
+
+def _numbers_named(text: str, *, ranges_only: bool = False) -> list[int]:
+    """The numbers a text allows: every value of a range it names ("8 to 18", "1-12", "between 2 and 5"), else the
+    numbers it names (not for an error message: "cannot order 38" names the number that failed); ``[]`` when
+    none."""
+    ranges = re.findall(r"\b(\d{1,6})\s*(?:to|-|–|and|through)\s*(\d{1,6})\b", text)
+    values = [v for lo, hi in ranges if 0 <= int(hi) - int(lo) <= 1000 for v in range(int(lo), int(hi) + 1)]
+    if values or ranges_only:
+        return values
+    return [int(x) for x in re.findall(r"(?<![\w.-])\d{1,6}(?![\w.-])", text)]
+
+
 def _type_ok(value: Any, json_type: str | None) -> bool:
     if json_type == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -142,7 +187,14 @@ class _Explorer:
             self.tools[fn["name"]] = {
                 "props": {k: self._resolve(v, defs) for k, v in (params.get("properties") or {}).items()},
                 "required": list(params.get("required") or []),
+                "writes": tool_kind(fn["name"], fn.get("description") or "") == "write",
+                "ends": _ends_record(fn["name"], fn.get("description") or ""),
             }
+        self.descriptions = {schema.get("function", schema)["name"]: schema.get("function", schema).get("description")
+                             or "" for schema in tools}  # fmt: skip
+        self.numbers = {name: _numbers_named(text) for name, text in self.descriptions.items()}
+        """Numbers a tool's description (then its error messages) names: "one hour today (8 to 18)" -> 8..18."""
+        self._tool = ""
         self.examples: dict[str, str] = {}
         for tool in self.tools.values():  # "Date, e.g. May 3": an example value, shared by argument name
             for arg, prop in tool["props"].items():
@@ -151,6 +203,7 @@ class _Explorer:
                     self.examples.setdefault(arg, found.group(1).strip())
         self.seen: list[_Seen] = []
         self.used: list[str] = []
+        self.made: set[tuple[str, str]] = set()
         self.step = 0
         self.dropped: list[str] = []
         """Tools whose failing call took ``SLOW_FAILURE_S`` or more, or had no parameters; left out from then on."""
@@ -188,8 +241,11 @@ class _Explorer:
         entity = head if head and suffix in _ID_SUFFIXES else None
         tiers: tuple[list[_Seen], ...] = ([], [], [], [])
         for s in self.seen:
-            if not _type_ok(s.value, json_type):
+            value = _fits(s.value, json_type)
+            if value is None:
                 continue
+            if value is not s.value:
+                s = _Seen(key=s.key, value=value, entity=s.entity, step=s.step)
             if s.key in keys:
                 tiers[0].append(s)
             elif entity is not None and s.key in (suffix, entity) and entity in s.entity:
@@ -221,11 +277,13 @@ class _Explorer:
             return True, self.rng.choice(values)
         if _names_record(arg):
             return False, None
+        if json_type in ("string", None) and _is_date(arg, prop):
+            return True, self._date(prop)
         if json_type == "boolean":
             return True, self.rng.random() < 0.5
         if json_type in ("integer", "number"):
             named = [int(x) for x in re.findall(r"\b\d+\b", prop.get("description", ""))]
-            return True, self.rng.choice(named or [1, 2, 3, 5, 10, 20])
+            return True, self.rng.choice(named or self.numbers.get(self._tool) or [1, 2, 3, 5, 10, 20])
         if json_type in ("string", None):
             example = self.examples.get(arg)
             if example:
@@ -233,6 +291,13 @@ class _Explorer:
                 return True, re.sub(first_digit, lambda _: str(self.rng.randint(1, 9)), example, count=1)
             return True, f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"
         return False, None
+
+    def _date(self, prop: Mapping[str, Any]) -> str:
+        """A date seen in an earlier result, else one of the next three days (servers book the near future)."""
+        seen = sorted({str(s.value)[:10] for s in self.seen if isinstance(s.value, str) and _ISO_DATE.match(s.value)})
+        soon = dt.date.today() + dt.timedelta(days=self.rng.randint(1, 3))
+        day = self.rng.choice(seen) if seen else soon.isoformat()
+        return f"{day}T10:00:00" if prop.get("format") == "date-time" else day
 
     def _fill_object(self, prop: Mapping[str, Any], *, recent: bool, depth: int) -> tuple[bool, Any]:
         if depth > _MAX_DEPTH:
@@ -270,6 +335,7 @@ class _Explorer:
 
     def arguments(self, name: str, *, recent: bool) -> dict[str, Any]:
         tool = self.tools[name]
+        self._tool = name
         args: dict[str, Any] = {}
         for arg, prop in tool["props"].items():
             required = arg in tool["required"]
@@ -285,6 +351,17 @@ class _Explorer:
         return args
 
     def next_call(self, phase: str) -> ToolCall:
+        """The next call; one already made with the same arguments is drawn again (up to 3 draws): it would read
+        the same result, or write nothing new ("revoke permit 1" twice) or fail."""
+        for _ in range(3):
+            call = self._draw(phase)
+            key = (call.name, json.dumps(call.arguments, sort_keys=True, default=str))
+            if key not in self.made:
+                break
+        self.made.add(key)
+        return call
+
+    def _draw(self, phase: str) -> ToolCall:
         names = sorted(self.tools)
         if phase == "breadth":
             unused = [n for n in names if n not in self.used]
@@ -300,8 +377,8 @@ class _Explorer:
                     needs_ids = any(_names_record(a) for a in self.tools[n]["required"])
                     if needs_ids and self.fillable(n, recent=True):
                         w += 3.0
-                    if tool_verb(n) in WRITE_VERBS:
-                        w += 0.5
+                    if self.tools[n]["writes"]:  # a write that ends a record (cancel, revoke) after one that uses it
+                        w += 0.5 if self.tools[n]["ends"] else 1.5
                     if n in self.used[-3:]:
                         w *= 0.3
                 weights.append(w)
@@ -314,29 +391,31 @@ class _Explorer:
     def observe(self, observations: Sequence[ToolObservation], seconds: float = 0.0) -> None:
         for obs in observations:
             if obs.is_error:
+                # "an hour from 8 to 18": try those next; no range named: the smallest counts ("cannot order 20")
+                self.numbers[obs.name] = _numbers_named(obs.content, ranges_only=True) or [1, 2]
                 tool = self.tools.get(obs.name)
                 if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
                     self.dropped.append(obs.name)
                     del self.tools[obs.name]
                 continue
             entity = tool_entity(obs.name)
-            try:
-                data = json.loads(obs.content)
-            except (json.JSONDecodeError, TypeError):
-                token = obs.content.strip()  # a bare id returned by a create tool ("b101")
+            data = read_result(obs.content)  # one document, several, lines, or prose naming records
+            if isinstance(data, str):
+                token = data.strip()  # a bare id returned by a create tool ("b101")
                 if (
-                    tool_verb(obs.name) in WRITE_VERBS
+                    self.tools.get(obs.name, {}).get("writes")
                     and re.fullmatch(r"[\w.:-]{1,40}", token)
                     and any(c.isdigit() for c in token)
                 ):
                     self.seen.append(_Seen(key=f"{entity}_id", value=token, entity=entity, step=self.step))
                 continue
-            _harvest(data, "", entity, self.step, self.seen)
+            # a bare list of scalars (``list_zones -> ["north", ...]``) holds values of the tool's entity
+            _harvest(data, entity if isinstance(data, list) else "", entity, self.step, self.seen)
         self.step += 1
 
 
 def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int, n_breadth: int,
-                n_depth: int) -> Trajectory:  # fmt: skip
+                n_depth: int, task_setup: bool = False) -> Trajectory:  # fmt: skip
     digest = hashlib.sha1(f"{task.id}|{seed}|{n_breadth}|{n_depth}".encode()).hexdigest()
     errors = tuple(f"step {s.index}: {o.content[:160]}" for s in steps for o in s.observations if o.is_error)
     return Trajectory(
@@ -346,7 +425,9 @@ def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int
         finish_reason="max_turns",
         errors=errors,
         metadata={"explorer": "schema", "seed": seed, "n_breadth": n_breadth, "n_depth": n_depth,
-                  "dropped_tools": list(explorer.dropped)},
+                  "dropped_tools": list(explorer.dropped), "tool_descriptions": dict(explorer.descriptions),
+                  "tool_arguments": {name: list(t["required"]) for name, t in explorer.tools.items()},
+                  "task_setup": task_setup},
     )  # fmt: skip
 
 
@@ -394,7 +475,8 @@ def explore(
         result = env.step(Action(tool_calls=(call,)))
         explorer.observe(result.observations, time.perf_counter() - started)
         steps.append(_step(i, call, result.observations, phase))
-    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
+    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth,
+                       task_setup=bool(getattr(env, "supports_task_setup", False)))  # fmt: skip
 
 
 async def aexplore(
@@ -410,7 +492,8 @@ async def aexplore(
         result = await env.astep(Action(tool_calls=(call,)))
         explorer.observe(result.observations, time.perf_counter() - started)
         steps.append(_step(i, call, result.observations, phase))
-    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth)
+    return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth,
+                       task_setup=bool(getattr(env, "supports_task_setup", False)))  # fmt: skip
 
 
 def _step(index: int, call: ToolCall, observations: Sequence[ToolObservation], phase: str) -> Step:

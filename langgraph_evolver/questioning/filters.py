@@ -32,7 +32,7 @@ from langgraph_evolver.types import Action, Task
 
 from ..environment import Environment, TaskEnvironmentFactory
 from .answers import EXPECTED_KEY, expected_answer, expected_values
-from .profile import READ_VERBS, tool_verb
+from .profile import tool_kind
 
 __all__ = [
     "DuplicateIndex",
@@ -244,7 +244,7 @@ def check_feasibility(
                 if obs.is_error:
                     return f"error observation from {call.name}", info
                 observations.append(obs.content)
-                if tool_verb(call.name) in READ_VERBS and obs.content.strip().lower() not in _EMPTY:
+                if tool_kind(call.name) == "read" and obs.content.strip().lower() not in _EMPTY:
                     info["read"] = True
         info["state_changed"] = fingerprint(env) != before
         if not info["state_changed"] and not info["read"]:

@@ -19,12 +19,14 @@ from typing import Any
 
 from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.environment import Environment, TaskEnvironmentFactory, load_environment
-from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Task
 
 from .explore import exploration_task, explore, unsafe_tools
 from .explore_llm import aexplore_with_model
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
+from .profile import tool_kind
+from .reach import explain_unreached, next_setup
 from .store import TaskStore
 from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer
@@ -57,9 +59,44 @@ class PipelineReport:
     synthesizer: str = SYNTHESIZER_NAME
     synthesizer_stats: dict[str, Any] = field(default_factory=dict)
     """An LLM synthesizer's calls, tokens and fallbacks."""
+    initial_states: int = 0
+    """Distinct initial states explored (worlds, or states built by ``setup`` calls on a fresh session)."""
+    unreached: list[dict[str, Any]] = field(default_factory=list)
+    """Tools no exploration called without an error, each with what was missing (``explain_unreached``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _filter_preferring_writes(
+    candidates: Sequence[Task], descriptions: Mapping[str, str], wanted: int, **options: Any
+) -> tuple[list[Task], FilterReport]:
+    """``filter_tasks`` one candidate at a time until ``wanted`` are kept: those that call a write tool first, up to
+    all but a third of ``wanted``, then those that only read, then the other writes. A task that changes the
+    state teaches more than one more read, and the filters stop at the number wanted (each replay starts a
+    fresh instance: an MCP server process)."""
+    pools: dict[bool, list[Task]] = {True: [], False: []}
+    for task in candidates:
+        calls = task.reference_solution or ()
+        pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
+    kept: list[Task] = []
+    report = FilterReport()
+    for writes, limit in ((True, wanted - wanted // 3), (False, wanted), (True, wanted)):
+        pool = pools[writes]
+        while pool and len(kept) < limit:
+            new, batch = filter_tasks([pool.pop(0)], **options)
+            report = report.merge(batch)
+            kept.extend(new)
+    return kept, report
+
+
+def _explore_once(factory: TaskEnvironmentFactory, task: Task, **options: Any) -> Any:
+    """One schema exploration on a fresh instance (a setup that does not replay raises ``EnvironmentFailure``)."""
+    env = factory(task)
+    try:
+        return explore(env, task, **options)
+    finally:
+        env.close()
 
 
 def _default_factory(task: Task) -> Environment:
@@ -149,32 +186,50 @@ async def asynthesize_tasks(
     report = FilterReport()
     rounds = 0
     avoid: set[str] = set()  # tools that timed out or broke the environment in an earlier exploration
+    trajectories: list[Any] = []
+    states: set[str] = set()
     with tqdm(total=n, desc=f"synthesize {env_name}", disable=not progress, unit="task") as bar:
         while len(kept) < n and rounds < budget:
             world = seeds[rounds % len(seeds)] if seeds else None
             task = exploration_task(world, env=env_name, seed=seed * 1_000_003 + rounds)
+            setup = next_setup(trajectories, rounds) if world is None and explorer is None else None
+            if setup:  # no worlds to pick from: start from a state an earlier exploration's writes built
+                task = dataclasses.replace(task, metadata={**task.metadata, "setup": setup})
+            states.add(repr((task.env_params, setup or [])))
             round_seed = seed * 1_000_003 + rounds
             if explorer is None:
-                env = factory(task)
                 try:
-                    trajectory = explore(env, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
-                                         avoid=avoid)  # fmt: skip
-                finally:
-                    env.close()
+                    trajectory = _explore_once(factory, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
+                                               avoid=avoid)  # fmt: skip
+                except EnvironmentFailure:
+                    if not setup:
+                        raise
+                    task = dataclasses.replace(task, metadata={k: v for k, v in task.metadata.items() if k != "setup"})
+                    trajectory = _explore_once(factory, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
+                                               avoid=avoid)  # fmt: skip
                 avoid |= unsafe_tools(trajectory)
             else:
                 trajectory = await aexplore_with_model(factory, task, explorer, n_breadth=n_breadth, n_depth=n_depth,
                                                        seed=round_seed, **(explorer_options or {}))  # fmt: skip
             rounds += 1
+            trajectories.append(trajectory)
             if writer is not None:
                 candidates = await writer.asynthesize(trajectory)
             else:
                 candidates = synthesize(
                     trajectory, max_ops=max_ops, max_tasks=per_exploration, seed=seed + rounds, describer=describer
                 )
-            new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
+            # one world only (no seed tasks): at most half the tasks from one exploration, so they come from
+            # several explored initial states (next_setup); tasks that write first
+            wanted = min(n - len(kept), n if seeds else max(1, -(-n // 2)))
+            if seeds:
+                new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
+            else:
+                new, batch = _filter_preferring_writes(candidates, trajectory.metadata.get("tool_descriptions") or {},
+                                                       wanted, env_factory=factory, index=index,
+                                                       fingerprint=fingerprint)  # fmt: skip
             report = report.merge(batch)
-            new = new[: n - len(kept)]
+            new = new[:wanted]
             kept.extend(new)
             bar.update(len(new))
             bar.set_postfix(explorations=rounds, candidates=report.candidates)
@@ -196,6 +251,8 @@ async def asynthesize_tasks(
         explorer="schema" if explorer is None else f"llm:{model_id(explorer)}",
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,
         synthesizer_stats=writer.stats.to_dict() if writer is not None else {},
+        initial_states=len(states),
+        unreached=explain_unreached(trajectories),
     )
 
 

@@ -10,6 +10,7 @@ acts on a forecast, not a "weather"); it keeps the rules' answer where the model
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "environment_profile",
     "singular",
     "tool_entity",
+    "tool_kind",
     "tool_verb",
 ]
 
@@ -46,6 +48,43 @@ WRITE_VERBS = frozenset(
     }
 )  # fmt: skip
 """Verb prefixes of tools that change state."""
+MORE_WRITE_VERBS = frozenset(
+    {
+        "apply", "renew", "revoke", "reserve", "release", "restock", "place", "pin", "unpin", "assign", "approve",
+        "reject", "close", "open", "archive", "register", "submit", "issue", "transfer", "refund", "order",
+        "purchase", "buy", "sell", "reschedule", "confirm", "enable", "disable", "start", "stop", "upload", "import",
+        "invite", "block", "unblock", "lock", "unlock", "share", "publish", "tag", "attach", "detach", "merge",
+        "increment", "decrement", "enroll", "write", "give", "throw", "take", "grant", "extend", "drop", "upsert",
+        "replace", "modify", "change", "toggle", "put", "patch", "store", "record", "log", "subscribe",
+        "unsubscribe", "follow", "unfollow", "like", "accept", "decline", "deny", "sign", "escalate", "dispatch",
+        "ship", "deliver", "charge", "withdraw", "deposit", "rent", "lend", "borrow", "return", "checkout",
+        "schedule", "upgrade", "downgrade", "activate", "deactivate", "suspend", "resume", "void",
+        "redeem", "claim", "cancel", "delete", "remove", "create", "add", "update", "set", "book", "pay", "send",
+    }
+)  # fmt: skip
+"""Verbs that change state beyond ``WRITE_VERBS``: a tool named or described with one writes (``tool_kind``)."""
+
+
+def tool_kind(name: str, description: str = "") -> str:
+    """``"write"`` or ``"read"``: by the verb of the name (``revoke_permit``, ``book``), else by the first word of
+    the description ("Extend an active permit ...", "Throw a note away"); a tool named and described by nouns
+    ("zone_info": "Fee per month, ...") reads.
+
+    Example:
+        >>> tool_kind("renew_permit", "Extend an active permit"), tool_kind("zone_info", "Fee per month")
+        ('write', 'read')
+    """
+    head = name.split("_", 1)[0].lower()
+    if head in READ_VERBS and head != "check":
+        return "read"
+    if head in WRITE_VERBS | MORE_WRITE_VERBS:
+        return "write"
+    words = re.findall(r"[a-z]+", description.lower())
+    first = words[0] if words else ""
+    verbs = WRITE_VERBS | MORE_WRITE_VERBS
+    if first in verbs or (first.endswith("s") and first[:-1] in verbs):  # "Cancel a booking", "Cancels ..."
+        return "write"
+    return "read"
 
 
 def singular(word: str) -> str:

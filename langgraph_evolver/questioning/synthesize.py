@@ -22,7 +22,10 @@ from typing import Any
 
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
-from .profile import READ_VERBS, tool_entity, tool_verb
+from .answers import normalized_arguments
+from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
+from .results import read_result
+from .wording import describe_with_descriptions, record_names
 
 __all__ = ["SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
 
@@ -111,30 +114,75 @@ def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
     return any(re.search(rf"(?<![\w-]){re.escape(str(v))}(?![\w-])", obs.content) for v in values)
 
 
+def _names_id(obs: ToolObservation, call: ToolCall) -> bool:
+    """Whether ``obs`` holds one of ``call``'s id arguments as a record's id (under ``id`` or ``<x>_id``, or named
+    in prose: "permit 3 revoked"), not merely the same digits elsewhere (a zone's ``"cap": 2``)."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    wanted = {str(v) for k, v in args.items() if k.endswith("_id") or k == "id"}
+    if not wanted:
+        return False
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if (k == "id" or str(k).endswith("_id")) and isinstance(v, str | int):
+                    found.add(str(v))
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+
+    visit(read_result(obs.content))
+    return bool(found & wanted)
+
+
 _CREATES = frozenset({"create", "add", "new", "save", "send", "book", "post", "request", "insert"})
 
 
-def _with_producers(pairs: list[tuple[ToolCall, ToolObservation]], window: list[int]) -> list[int]:
-    """``window`` plus the calls that created the ids it uses (a fresh world lacks them)."""
+def _with_producers(
+    pairs: list[tuple[ToolCall, ToolObservation]], window: list[int], writes: Callable[[str], bool] | None = None
+) -> list[int]:
+    """``window`` plus the calls that created the ids it uses (a fresh world lacks them): the last earlier
+    create-verb call whose result names the id, else the first call that named it when that call writes
+    (``apply_permit`` returned permit 2; a ``list_*`` that showed it first means it was there already)."""
     chosen = set(window)
     for i in window:
         for j in range(i - 1, -1, -1):
             if tool_verb(pairs[j][0].name) in _CREATES and _mentions(pairs[j][1], pairs[i][0]):
                 chosen.add(j)
                 break
+        else:
+            first = next((j for j in range(i) if _names_id(pairs[j][1], pairs[i][0])), None)
+            if first is not None and writes is not None and writes(pairs[first][0].name):
+                chosen.add(first)
     return sorted(chosen)
 
 
-def _sequences(pairs: list[tuple[ToolCall, ToolObservation]], max_ops: int) -> Iterable[list[int]]:
+def _repeats_a_call(pairs: Sequence[tuple[ToolCall, ToolObservation]]) -> bool:
+    """Whether a call comes twice with the same arguments ("list the doctors. Next, list the doctors"; a second
+    "revoke permit 1" that changes nothing)."""
+    seen = set()
+    for call, _ in pairs:
+        key = (call.name, normalized_arguments(call.arguments))
+        if key in seen:
+            return True
+        seen.add(key)
+    return False
+
+
+def _sequences(
+    pairs: list[tuple[ToolCall, ToolObservation]], max_ops: int, writes: Callable[[str], bool] | None = None
+) -> Iterable[list[int]]:
     for i in range(len(pairs)):
         for k in range(1, max_ops + 1):
             if i - k + 1 >= 0:
-                seq = _with_producers(pairs, list(range(i - k + 1, i + 1)))
+                seq = _with_producers(pairs, list(range(i - k + 1, i + 1)), writes)
                 if len(seq) <= max_ops:
                     yield seq
         producers = [j for j in range(i) if _mentions(pairs[j][1], pairs[i][0])]
         if producers and producers[-1] < i - 1:
-            seq = _with_producers(pairs, [producers[-1], i])
+            seq = _with_producers(pairs, [producers[-1], i], writes)
             if len(seq) <= max_ops:
                 yield seq
 
@@ -163,17 +211,30 @@ def synthesize(
         ``confidence``, ``exploration_id``, ``synthesizer``.
     """
     pairs = _successful(trajectory)
+    descriptions: dict[str, str] = dict(trajectory.metadata.get("tool_descriptions") or {})
+
+    def writes(name: str) -> bool:
+        return tool_kind(name, descriptions.get(name, "")) == "write"
+
+    records = record_names([obs for _, obs in pairs]) if descriptions else {}
+    carried = {key: trajectory.task.metadata[key] for key in _CARRIED if trajectory.task.metadata.get(key)}
+    probes = _probes(pairs, writes)
     tasks: dict[str, Task] = {}
-    for index in _sequences(pairs, max_ops):
+    for index in _sequences(pairs, max_ops, writes if descriptions else None):
         chosen = [pairs[j] for j in index]
-        if not all(_useful(p) for p in chosen):
+        if not all(_useful(p) for p in chosen) or _repeats_a_call(chosen):
             continue
         reference = tuple(
             ToolCall(name=c.name, arguments=dict(c.arguments) if isinstance(c.arguments, dict) else c.arguments)
             for c, _ in chosen
         )
         key = json.dumps(
-            [trajectory.task.env, trajectory.task.env_params, [c.to_dict() for c in reference]],
+            [
+                trajectory.task.env,
+                trajectory.task.env_params,
+                *([carried["setup"]] if "setup" in carried else []),
+                [c.to_dict() for c in reference],
+            ],
             sort_keys=True,
             default=str,
         )
@@ -182,6 +243,8 @@ def synthesize(
         if task_id in tasks:
             continue
         query = describer(chosen) if describer is not None else None
+        if not query and descriptions:
+            query = describe_with_descriptions(chosen, descriptions, records, seed=seed + int(digest[:8], 16))
         if not query:
             query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
         tasks[task_id] = Task(
@@ -196,12 +259,32 @@ def synthesize(
                 "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
                 "exploration_id": trajectory.id,
                 "synthesizer": SYNTHESIZER_NAME if describer is None else f"{SYNTHESIZER_NAME}+describer",
+                **carried,
+                **({SNAPSHOT_KEY: probes} if probes and trajectory.metadata.get("task_setup") else {}),
             },
         )
     out = list(tasks.values())
     if max_tasks is not None and len(out) > max_tasks:
         out = random.Random(seed).sample(out, max_tasks)
     return out
+
+
+_CARRIED = ("setup",)
+"""Exploration-task metadata a synthesized task keeps: ``setup`` (calls that built the explored initial state)."""
+SNAPSHOT_KEY = "snapshot_calls"
+"""``task.metadata`` key of read calls with arguments whose answers are part of the state the task is checked on
+(an MCP server's ``get_booking(B1)``: its bookings show in no argument-free tool)."""
+_MAX_PROBES = 12
+
+
+def _probes(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """The exploration's successful reads that take arguments, once each: what they answer is state too."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for call, _ in pairs:
+        if writes(call.name) or not call.arguments or not isinstance(call.arguments, dict):
+            continue
+        out.setdefault((call.name, normalized_arguments(call.arguments)), call.to_dict())
+    return [{"name": c["name"], "arguments": c["arguments"]} for c in list(out.values())[:_MAX_PROBES]]
 
 
 def _tokens(text: str) -> set[str]:

@@ -1,0 +1,168 @@
+"""Task wording from what the tools say they do and the records the world holds (issue 39).
+
+A tool's name says little ("cancel", "zone_info"); its description says what it does in words a user
+would use ("Cancel a booking; its slot becomes free again."). ``describe_with_descriptions`` takes
+the first clause of each tool's description and puts the call's arguments into it: a noun the
+description names gets its value (``"a booking"`` + ``booking_id="B1"`` -> ``"booking B1"``, ``"some
+months"`` + ``months=2`` -> ``"2 months"``), an id the world's records name gets that name too
+(``doctor D1 (Dr Ana Ruiz)``), and what the description does not name follows as ``with ...``. A
+description that is a noun phrase ("Fee per month, permit cap ... for one zone") is a question:
+"Tell me the fee per month, ... for zone 'north'". A tool with no description gets a phrase made
+of its name, never the bare name as an instruction ("use cancel").
+
+Example:
+    >>> from langgraph_evolver.types import ToolCall
+    >>> call = ToolCall(name="cancel", arguments={"booking_id": "B1"})
+    >>> clause(call, "Cancel a booking; its slot becomes free again.", {})
+    'cancel booking B1'
+    >>> clause(ToolCall(name="zone_info", arguments={"zone": "north"}), "Fee per month and cap for one zone.", {})
+    "tell me the fee per month and cap for zone 'north'"
+    >>> clause(ToolCall(name="find_slots", arguments={"doctor_id": "D1"}), "Free slots of a doctor.",
+    ...        {"D1": "Dr Ana Ruiz"})
+    'tell me the free slots of doctor D1 (Dr Ana Ruiz)'
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph_evolver.types import ToolCall, ToolObservation
+
+from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
+from .results import read_result
+
+__all__ = ["clause", "describe_with_descriptions", "record_names"]
+
+_ID_SUFFIXES = ("_id", "_code", "_number", "_key")
+_NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
+_ARTICLES = r"(?:an?|the|one|some|any|several|a few|a given|given|its|their|his|her)"
+_QUESTION_VERBS = frozenset({"get", "gets", "return", "returns", "fetch", "fetches", "show", "shows", "give", "gives"})
+_OPENINGS = ("", "Please ", "Could you ", "I need you to ")
+_JOINERS = (", then ", "; after that, ", " and then ", ". Next, ")
+_IMPERATIVE = READ_VERBS | WRITE_VERBS | {"look", "tell", "list", "find", "search", "count", "check"}
+
+
+def _first_clause(description: str) -> str:
+    """The description's first clause: up to the first sentence end, ``;``, ``e.g.`` or parenthesis."""
+    text = " ".join(description.strip().split())
+    text = re.split(
+        r"(?<=[a-z0-9)])\.(?:\s|$)|;|\s\(|,?\s+e\.g\.|\n|:\s|,\s+(?:optionally|if|or|unless)\b", text, maxsplit=1
+    )[0]
+    return text.strip().rstrip(".,")
+
+
+def _noun(arg: str) -> str:
+    for suffix in _ID_SUFFIXES:
+        if arg.endswith(suffix) and len(arg) > len(suffix):
+            return arg[: -len(suffix)].replace("_", " ")
+    return arg.replace("_", " ")
+
+
+def _shown(arg: str, value: Any, records: Mapping[Any, str]) -> str:
+    """How a value reads in a request: ids as they are (and the record's name), other strings quoted."""
+    text = str(value)
+    if arg == "id" or arg.endswith(_ID_SUFFIXES) or re.fullmatch(r"[A-Z]*-?\d[\w-]*|\d+(?:\.\d+)?", text):
+        name = records.get(text)
+        return f"{text} ({name})" if name and name != text else text
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | dict):
+        return str(value)
+    return f"'{text}'"
+
+
+def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
+    """One call as a request, from its tool's description (see the module docstring); lower case first."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    phrase = _first_clause(description or "")
+    if not phrase:
+        return _from_name(call, records)
+    rest: list[str] = []
+    for arg, value in args.items():
+        noun = _noun(arg)
+        shown = _shown(arg, value, records)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
+        found = re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(noun)}(s?)(?![\w-])", phrase, re.I)
+        amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
+                           re.I) if numeric else None  # fmt: skip
+        if amount:  # "some months" + months=2: "2 months"
+            plural = singular(noun) if value == 1 else noun if noun.endswith("s") else f"{noun}s"
+            phrase = phrase.replace(amount.group(0), f"{value} {plural}", 1)
+        elif found and not numeric:
+            possessive = phrase[found.end() :].startswith("'s")
+            named = shown.strip("'") if possessive else shown
+            phrase = phrase.replace(found.group(0), f"{found.group(1)}{noun}{found.group(2)} {named}", 1)
+        else:
+            rest.append(f"{noun} {shown}")
+    words = phrase.split()
+    first = words[0].lower() if words else ""
+    if first in _QUESTION_VERBS:  # "Returns the fee ..." asks for something
+        phrase = "tell me " + " ".join(words[1:])
+    elif first not in _IMPERATIVE and tool_kind(call.name, description) == "read":  # a noun phrase: a question
+        lead = "" if first in ("the", "a", "an", "one", "every", "all") else "the "
+        phrase = f"tell me {lead}{phrase[:1].lower()}{phrase[1:]}"
+    else:
+        phrase = phrase[:1].lower() + phrase[1:]
+    if rest:
+        phrase += " with " + " and ".join(rest)
+    return phrase
+
+
+def _from_name(call: ToolCall, records: Mapping[Any, str]) -> str:
+    """A request from the tool's name when it has no description: its words, then the arguments."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    words = call.name.replace("_", " ").strip()
+    parts = [f"{_noun(k)} {_shown(k, v, records)}" for k, v in args.items()]
+    verb = words.split(" ", 1)[0].lower()
+    if words == verb and tool_kind(call.name) == "write":  # "cancel" + booking_id: "cancel booking B1"
+        return f"{verb} " + " and ".join(parts) if parts else verb
+    lead = words if verb in _IMPERATIVE or tool_kind(call.name) == "write" else f"get the {words}"
+    return lead + (" for " + " and ".join(parts) if parts else "")
+
+
+def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
+    """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``."""
+    out: dict[str, str] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, Mapping):
+            name = next((value[k] for k in _NAME_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
+            if name is not None:
+                for key, v in value.items():
+                    if (key == "id" or str(key).endswith(_ID_SUFFIXES)) and isinstance(v, str | int):
+                        out.setdefault(str(v), name)
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+
+    for obs in observations:
+        if not obs.is_error:
+            visit(read_result(obs.content))
+    return out
+
+
+def describe_with_descriptions(
+    pairs: Sequence[tuple[ToolCall, ToolObservation]],
+    descriptions: Mapping[str, str],
+    records: Mapping[Any, str],
+    *,
+    seed: int = 0,
+) -> str:
+    """A request for a sequence of calls, worded from the tools' descriptions and the records' names."""
+    rng = random.Random(seed)
+    clauses = [clause(call, descriptions.get(call.name, ""), records) for call, _ in pairs]
+    opening = rng.choice(_OPENINGS)
+    joiners = [j for j in _JOINERS if not (opening == "Could you " and j.startswith("."))]
+    text = clauses[0]
+    for part in clauses[1:]:
+        text += rng.choice(joiners) + part
+    last = pairs[-1][0]
+    if tool_kind(last.name, descriptions.get(last.name, "")) == "read" and not clauses[-1].startswith("tell me"):
+        text += rng.choice((" and tell me what you find", " and report back", " and tell me the result"))
+    text = opening + text
+    return text[0].upper() + text[1:] + ("?" if text.startswith("Could") else ".")

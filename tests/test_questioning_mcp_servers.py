@@ -1,0 +1,254 @@
+"""Self-questioning on MCP servers written the ordinary way (issue 39): ``examples/mcp_servers/``.
+
+Five FastMCP servers in unlike styles, run over stdio as a user would: bare ``list[str]`` and
+``list[dict]`` results (several content blocks), plain ``dict`` results, text results that name an id
+("permit 3 revoked", "note n2 saved"), pydantic models with ``structuredContent`` (one tool whose data
+is only there), exceptions for errors. The explorer must read every shape and reach the write tools;
+the tasks must be worded from the tools' descriptions, never repeat a call, and come from more than one
+initial state; a tool no result can open must be named, with what was missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from langgraph_evolver.environment import load_environment
+from langgraph_evolver.questioning import synthesize_tasks
+from langgraph_evolver.questioning.answers import expected_values
+from langgraph_evolver.questioning.explore import exploration_task, explore
+from langgraph_evolver.questioning.results import read_result, render_result
+from langgraph_evolver.types import Action, ToolCall
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVERS = ROOT / "examples" / "mcp_servers"
+
+
+def spec(server: str) -> str:
+    return f"mcp:{sys.executable} {SERVERS / server}"
+
+
+# what each server's writes are, and one id-taking write the explorer can only reach through an earlier result
+WRITES = {
+    "permits.py": ({"apply_permit", "renew_permit", "revoke_permit"}, "revoke_permit"),
+    "clinic.py": ({"book", "cancel"}, "cancel"),
+    "notes_text.py": ({"add_note", "pin_note", "delete_note"}, "pin_note"),
+    "inventory_models.py": ({"restock", "place_order", "cancel_order"}, "cancel_order"),
+    "rooms_plain.py": ({"reserve", "release"}, "release"),
+}
+
+
+# -- results as servers send them ------------------------------------------------------------------------------
+
+
+def test_results_are_read_in_every_shape_a_fastmcp_server_sends():
+    blocks = '{\n  "id": "D1",\n  "name": "Dr Ana Ruiz"\n}\n{\n  "id": "D2",\n  "name": "Dr Omar Haddad"\n}'
+    assert read_result(blocks) == [{"id": "D1", "name": "Dr Ana Ruiz"}, {"id": "D2", "name": "Dr Omar Haddad"}]
+    assert read_result("north\nharbour\nold town") == ["north", "harbour", "old town"]
+    assert read_result("permit 3 revoked") == {"permit_id": 3}
+    assert read_result("note n2 saved") == {"note_id": "n2"}
+    assert read_result("n1: Groceries\nn2: Gym (pinned)")[1] == {"text": "n2: Gym (pinned)", "id": "n2",
+                                                                 "value": "Gym (pinned)"}  # fmt: skip
+    assert read_result('{"zone": "north", "fee": 12.5}') == {"zone": "north", "fee": 12.5}
+    assert read_result("") is None and read_result("Order placed.") == "Order placed."
+
+
+def test_structured_content_the_text_lacks_is_shown_and_nothing_is_repeated():
+    assert render_result("Order placed.", {"order_id": 501}) == 'Order placed.\n{"order_id": 501}'
+    shown = '{\n  "sku": "SKU-100",\n  "stock": 4\n}'
+    assert render_result(shown, {"sku": "SKU-100", "stock": 4}) == shown  # FastMCP repeats the data as text
+    assert render_result("north\nharbour", {"result": ["north", "harbour"]}) == "north\nharbour"
+    assert render_result("done", None) == "done"
+
+
+def test_read_tasks_expect_whole_values_from_blocks_and_lines():
+    """The old reader split the doctors' names into "Dr", "Ana", "Ruiz" and found nothing in lower-case lines."""
+    doctors = '{\n  "id": "D1",\n  "name": "Dr Ana Ruiz"\n}\n{\n  "id": "D2",\n  "name": "Dr Omar Haddad"\n}'
+    values = expected_values("List the clinic's doctors.", [ToolCall(name="list_doctors", arguments={})], [doctors])
+    assert "Dr Ana Ruiz" in values and "Dr Omar Haddad" in values and "Ana" not in values
+    zones = expected_values("List the zones.", [ToolCall(name="list_zones", arguments={})], ["north\nold town"])
+    assert zones == ["north", "old town"]
+
+
+def test_an_order_only_in_structured_content_reaches_the_agent_and_the_explorer():
+    env = load_environment(spec("inventory_models.py"))
+    try:
+        env.reset(exploration_task(None, env="inventory"))
+        result = env.step(Action(tool_calls=(ToolCall(name="place_order", arguments={"sku": "SKU-100", "quantity": 1},
+                                                      id="c1"),)))  # fmt: skip
+        text = result.observations[0].content
+        assert text.startswith("Order placed.") and json.loads(text.splitlines()[-1])["order_id"] == 501
+    finally:
+        env.close()
+
+
+# -- exploration reaches the write tools -----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("server", sorted(WRITES))
+def test_exploration_reaches_the_write_tools_of_every_style(server):
+    writes, needs_id = WRITES[server]
+    name = spec(server)
+    env = load_environment(name)
+    try:
+        trajectory = explore(env, exploration_task(None, env=name, seed=0), seed=0)
+    finally:
+        env.close()
+    pairs = [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+    ok = {c.name for c, o in pairs if not o.is_error}
+    assert len(ok & writes) >= 2 and needs_id in ok, (server, sorted(ok))
+
+
+# -- the whole pipeline ----------------------------------------------------------------------------------------
+
+
+def _tools_of(server: str) -> set[str]:
+    return {n for n in WRITES[server][0]} | {"list_zones", "zone_info", "list_permits", "list_doctors", "find_slots",
+                                              "get_booking", "list_notes", "read_note", "list_items", "get_item",
+                                              "list_rooms", "room_schedule", "my_reservations"}  # fmt: skip
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("server", ["permits.py", "clinic.py", "notes_text.py"])
+def test_questioning_stores_state_changing_tasks_worded_from_descriptions(server):
+    """Verified tasks, at least half of them changing state, each reaching a write tool of the server's; worded
+    from the tools' descriptions (no "use <tool>", no bare tool name); no call repeated in a task; from more
+    than one explored initial state."""
+    tasks, report = synthesize_tasks(spec(server), 4, embeddings=DeterministicFakeEmbedding(size=32),
+                                     max_explorations=6, progress=False)  # fmt: skip
+    assert report.kept == 4 and report.state_changing >= 0.5, report
+    writes = WRITES[server][0]
+    assert {c.name for t in tasks for c in t.reference_solution} & writes
+    assert report.initial_states >= 2 and any(t.metadata.get("setup") for t in tasks), report
+    for task in tasks:
+        calls = [(c.name, json.dumps(c.arguments, sort_keys=True)) for c in task.reference_solution]
+        assert len(calls) == len(set(calls)), task.query
+        assert "(use " not in task.query and not any(name in task.query for name in _tools_of(server) if "_" in name)
+        if not task.metadata["feasibility"]["state_changed"]:
+            assert task.metadata["expected_values"], task.query
+
+
+NO_LISTING = '''
+from mcp.server.fastmcp import FastMCP
+
+mcp = FastMCP("vault")
+LOCKERS = {"L-7": "umbrella"}
+
+
+@mcp.tool()
+def count_lockers() -> int:
+    """How many lockers are in use."""
+    return len(LOCKERS)
+
+
+@mcp.tool()
+def empty_locker(locker_id: str) -> str:
+    """Empty a locker."""
+    if LOCKERS.pop(locker_id, None) is None:
+        raise ValueError(f"no locker {locker_id}")
+    return "emptied"
+
+
+if __name__ == "__main__":
+    mcp.run()
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_tool_no_result_can_open_is_named_with_what_was_missing(tmp_path):
+    """No tool lists the lockers' ids: the summary says which tool, which argument, and which results could have
+    held it, instead of advising more explorations; the exit code says fewer than --n were stored."""
+    server = tmp_path / "vault.py"
+    server.write_text(NO_LISTING)
+    command = ["-m", "langgraph_evolver.questioning", "--env", f"mcp:{sys.executable} {server}", "--n", "3",
+               "--max-explorations", "2", "--out", str(tmp_path / "t.sqlite"), "--no-progress"]  # fmt: skip
+    out = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=ROOT, timeout=280)
+    assert out.returncode == 1, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["stored"] < 3
+    (entry,) = summary["unreached"]
+    assert entry["tool"] == "empty_locker" and entry["missing"] == ["locker_id"] and entry["calls"] == 0
+    assert any(s.startswith("count_lockers") for s in entry["could_come_from"])
+    assert "never reached empty_locker: no earlier result held 'locker_id'" in out.stdout
+    assert "raise --max-explorations" not in out.stdout
+
+
+# -- wording ---------------------------------------------------------------------------------------------------
+
+
+def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
+    from langgraph_evolver.questioning.wording import clause, describe_with_descriptions, record_names
+    from langgraph_evolver.types import ToolObservation
+
+    cancel = ToolCall(name="cancel", arguments={"booking_id": "B1"})
+    assert clause(cancel, "", {}) == "cancel booking B1"  # was "cancel a cancel for booking B1 (use cancel)"
+    assert clause(cancel, "Cancel a booking; its slot becomes free again.", {}) == "cancel booking B1"
+    renew = ToolCall(name="renew_permit", arguments={"permit_id": 2, "months": 3})
+    assert clause(renew, "Extend an active permit by some months.", {}) == "extend active permit 2 by 3 months"
+    info = ToolCall(name="zone_info", arguments={"zone": "old town"})
+    assert clause(info, "Fee per month, permit cap and streets for one zone.", {}) == (
+        "tell me the fee per month, permit cap and streets for zone 'old town'"
+    )
+    doctors = ToolObservation(call_id="1", name="list_doctors", content='{"id": "D1", "name": "Dr Ana Ruiz"}')
+    records = record_names([doctors])
+    slots = ToolCall(name="find_slots", arguments={"doctor_id": "D1", "date": "2026-12-01"})
+    query = describe_with_descriptions(
+        [(slots, doctors)], {"find_slots": "Free appointment slots of a doctor on a date (YYYY-MM-DD)."}, records
+    )
+    assert "doctor D1 (Dr Ana Ruiz)" in query and "date 2026-12-01" in query and "find_slots" not in query
+
+
+# -- the state a task is checked on ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_reads_with_arguments_make_a_booking_visible_so_doing_nothing_scores_zero():
+    """The clinic's bookings show in no argument-free tool: without the task's snapshot calls a booking changed
+    nothing the check could see (a write task passed for a read, and an agent doing nothing matched its state)."""
+    import dataclasses
+    import datetime as dt
+
+    from langgraph_evolver.questioning.filters import check_feasibility
+    from langgraph_evolver.types import Task
+
+    name = spec("clinic.py")
+    day = (dt.date.today() + dt.timedelta(days=1)).isoformat()
+    slots = ToolCall(name="find_slots", arguments={"doctor_id": "D2", "date": day})
+    book = ToolCall(name="book", arguments={"patient": "Ann Lee", "slot_id": f"D2-{day.replace('-', '')}-1400"})
+    task = Task(id="synthetic-book", query="Book Dr Omar Haddad's 14:00 slot for Ann Lee.", env=name,
+                reference_solution=(book,), source="synthetic",
+                metadata={"snapshot_calls": [{"name": slots.name, "arguments": slots.arguments}]})  # fmt: skip
+    bare = dataclasses.replace(task, metadata={})
+
+    def factory(_task: Task):
+        return load_environment(name)
+
+    assert check_feasibility(bare, factory)[1]["state_changed"] is False
+    reason, info = check_feasibility(task, factory)
+    assert reason is None and info["state_changed"] is True
+    env = load_environment(name)
+    try:
+        env.reset(task)
+        env.step(Action(content="Booked."))
+        assert env.evaluate() == 0.0
+        env.reset(task)
+        env.step(Action(tool_calls=(dataclasses.replace(book, id="c1"),)))
+        env.step(Action(content="Booked."))
+        assert env.evaluate() == 1.0
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("module", ["results", "wording", "reach", "profile"])
+def test_the_new_modules_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"langgraph_evolver.questioning.{module}"))
+    assert result.failed == 0 and (result.attempted >= 1 or module == "reach")
