@@ -252,7 +252,7 @@ def read_langsmith_traces(
     if project is None:
         what = "the project of the runs (--project with --run-ids)" if run_ids else "a LangSmith project (--project)"
         raise ConfigError(f"Name {what} to read: LangSmith's run queries (client.runs.query) need it.")
-    window = {"project_ids": [str(client.read_project(project_name=project).id)]}
+    window: dict[str, Any] = {"project_ids": [str(client.read_project(project_name=project).id)]}
     if trace_filter is not None and trace_filter.start is not None:
         window["min_start_time"] = trace_filter.start
     if run_ids:

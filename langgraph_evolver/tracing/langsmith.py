@@ -137,7 +137,7 @@ def project_id(client: Any, name: str | None = None) -> str:
     """
     from langsmith.utils import LangSmithNotFoundError, get_tracer_project
 
-    name = name or get_tracer_project()
+    name = name or get_tracer_project() or "default"
     with _PROJECT_IDS_LOCK:
         known = _PROJECT_IDS.setdefault(client, {})
         if name in known:
