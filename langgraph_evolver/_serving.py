@@ -178,7 +178,8 @@ def guarded_http(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
             self._await_headers()
 
         def _await_headers(self) -> None:
-            self._header_timer: asyncio.TimerHandle | None = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+            timer: asyncio.TimerHandle | None = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+            self._header_timer = timer
 
         def _headers_done(self) -> bool:
             """Whether a request's headers were parsed since the last call (uvicorn made its cycle): stop the

@@ -37,7 +37,9 @@ def _writes(trajectory: Trajectory) -> list[dict[str, Any]]:
     out = []
     for step in trajectory.steps:
         for call, obs in zip(step.action.tool_calls, step.observations, strict=False):
-            if not obs.is_error and isinstance(call.arguments, dict) and tool_kind(call.name, descriptions.get(call.name, "")) == "write":
+            if obs.is_error or not isinstance(call.arguments, dict):
+                continue
+            if tool_kind(call.name, descriptions.get(call.name, "")) == "write":
                 out.append({"name": call.name, "arguments": dict(call.arguments)})
     return out
 
