@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ._llm import message_text
@@ -113,6 +114,34 @@ def _never_raises(method: Any) -> Any:
     return wrapper
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class TurnLimitGuard(AsyncCallbackHandler):
+    """Raises a ``TrajectoryRecorder``'s turn limit in an async run, from outside the inline recorder.
+
+    Not inline, so LangChain gathers it with the other non-inline handlers and every coroutine made for the event
+    runs; async, so that costs no thread-pool hop. It listens to chat-model starts only (a completion model's
+    limit is raised by the recorder itself, as in a sync run).
+    """
+
+    run_inline = False
+    raise_error = True
+    ignore_llm = ignore_chain = ignore_agent = ignore_retriever = ignore_retry = ignore_custom_event = True
+
+    def __init__(self, recorder: TrajectoryRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    async def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self.recorder.refuse_if_over(run_id)
+
+
 @dataclass(slots=True)
 class LLMCall:
     """One chat-model call as the callbacks saw it."""
@@ -161,14 +190,23 @@ class TrajectoryRecorder(BaseCallbackHandler):
     user_turns: int = 1
     """User turns of the run so far (a multi-turn environment sends more than one)."""
     _turn_base: int = 0
+    _guard: Any = None
+    _refused: set[UUID] = field(default_factory=set)
 
     # Exceptions from handlers are swallowed by LangChain unless raise_error: only the turn limit is
     # raised on purpose; everything else is caught here so recording can never break the user's graph.
     raise_error = True
-    # Not inline: LangChain's async callback manager makes every handler's coroutine before running the inline
-    # ones in turn, so the turn limit raised inline would drop the later handlers' (LangGraph's stream handler's
-    # "coroutine 'ahandle_event' was never awaited"); the others are gathered, so each one runs.
-    run_inline = False
+
+    # Inline (called on the event loop, no thread-pool hop per event) unless it may have to raise the turn limit
+    # itself. LangChain's async callback manager makes every handler's coroutine for an event before it runs the
+    # inline ones, so a turn limit raised inline would leave the others un-awaited (LangGraph's stream handler's
+    # "coroutine 'ahandle_event' was never awaited"). With a ``turn_limit_guard()`` attached (``arun_episode``
+    # does), an async run's refused call is only marked here and the guard, gathered with the other handlers,
+    # raises; without one, a recorder with ``max_turns`` is gathered itself (one hop per event). Constant for a
+    # run: LangChain reads it twice per event, and a value that changed in between would run the handler twice.
+    @property
+    def run_inline(self) -> bool:  # type: ignore[override]
+        return self.max_turns is None or self._guard is not None
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -198,14 +236,15 @@ class TrajectoryRecorder(BaseCallbackHandler):
     def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], *, run_id: UUID,
                             parent_run_id: UUID | None = None, metadata: dict[str, Any] | None = None,
                             **kwargs: Any) -> None:  # fmt: skip
-        self._start_llm(run_id, parent_run_id, metadata or {}, kwargs)
+        self._start_llm(run_id, parent_run_id, metadata or {}, kwargs, chat=True)
 
     @_never_raises
     def on_llm_start(self, serialized: Any, prompts: list[str], *, run_id: UUID, parent_run_id: UUID | None = None,
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:  # fmt: skip
         self._start_llm(run_id, parent_run_id, metadata or {}, kwargs)
 
-    def _start_llm(self, run_id: UUID, parent: UUID | None, metadata: dict[str, Any], kwargs: dict) -> None:
+    def _start_llm(self, run_id: UUID, parent: UUID | None, metadata: dict[str, Any], kwargs: dict, *,
+                   chat: bool = False) -> None:  # fmt: skip
         with self._lock:
             self._parents[run_id] = parent
             params = kwargs.get("invocation_params") or {}
@@ -230,6 +269,9 @@ class TrajectoryRecorder(BaseCallbackHandler):
                 made = sum(c.policy and not c.in_tool and c.kind == "action" for c in self.calls) - self._turn_base
                 if made >= self.max_turns:
                     self.turn_limit_hit = True
+                    if chat and self._guard is not None and _on_event_loop():
+                        self._refused.add(run_id)  # the guard raises it, gathered with the other handlers
+                        return
                     raise TurnLimitReached(f"the run reached max_turns={self.max_turns} policy calls")
             self.calls.append(call)
             self._by_run[run_id] = call
@@ -283,6 +325,20 @@ class TrajectoryRecorder(BaseCallbackHandler):
         if run is not None and run.call_id:
             run.output = ToolObservation(call_id=run.call_id, name=run.name, is_error=True,
                                          content=f"Error: {type(error).__name__}: {error}")  # fmt: skip
+
+    def turn_limit_guard(self) -> TurnLimitGuard:
+        """The handler that raises this recorder's turn limit in an async run; add it after the recorder."""
+        if self._guard is None:
+            self._guard = TurnLimitGuard(self)
+        return self._guard
+
+    def refuse_if_over(self, run_id: UUID) -> None:
+        """``TurnLimitReached`` when the recorder refused ``run_id`` (the guard's check)."""
+        with self._lock:
+            if run_id not in self._refused:
+                return
+            self._refused.discard(run_id)
+        raise TurnLimitReached(f"the run reached max_turns={self.max_turns} policy calls")
 
     def start_user_turn(self) -> None:
         """A new user message arrived (multi-turn environments): ``max_turns`` counts from here."""

@@ -202,11 +202,13 @@ def _templated(policy: BaseChatModel | None, template: ContextTemplate | None, a
 
 def _with_handler(callbacks: Any, recorder: TrajectoryRecorder) -> Any:
     """``callbacks`` (a list, or a node's callback manager: the episode nests in its trace) + the recorder."""
+    guard = recorder.turn_limit_guard()  # raises the turn limit beside the other handlers (capture.TurnLimitGuard)
     if isinstance(callbacks, BaseCallbackManager):
         manager = callbacks.copy()
         manager.add_handler(recorder, inherit=True)
+        manager.add_handler(guard, inherit=True)
         return manager
-    return [*(callbacks or []), recorder]
+    return [*(callbacks or []), recorder, guard]
 
 
 def _context_stats(state: Any, rollout: Rollout) -> dict[str, Any]:

@@ -189,15 +189,20 @@ def test_a_model_that_is_not_the_policy_is_recorded_never_trained(policy):
     assert traj.metadata["capture"]["other_calls"] == 1
 
 
-def test_the_turn_limit_in_a_streamed_async_graph_lets_every_other_handler_run():
-    """LangGraph's stream handler sees the call the turn limit stops: no handler's event is dropped un-awaited."""
+@pytest.mark.parametrize("guarded", [True, False], ids=["with-guard", "recorder-alone"])
+def test_the_turn_limit_in_a_streamed_async_graph_lets_every_other_handler_run(guarded):
+    """LangGraph's stream handler sees the call the turn limit stops: no handler's event is dropped un-awaited,
+    whether the turn limit guard raises it (the recorder stays inline: no thread-pool hop per event) or the
+    recorder alone does (then it is gathered with the other handlers)."""
     calls = [{"name": "search_contacts", "args": {"query": "Pia"}, "id": "a"}]
     policy = ScriptedChatModel([AIMessage("", tool_calls=calls), AIMessage("done")], metadata={"evolver_policy": True})
     graph = planner_executor_graph(ScriptedChatModel([AIMessage("plan")]), policy)
     recorder = TrajectoryRecorder(max_turns=1)
+    handlers = [recorder, recorder.turn_limit_guard()] if guarded else [recorder]  # arun_episode: both
+    assert recorder.run_inline is guarded
 
     async def drive() -> list:
-        config = {"callbacks": [recorder]}
+        config = {"callbacks": handlers}
         return [c async for c in graph.astream({"messages": [("user", TASK.query)]}, config, stream_mode="messages")]
 
     with warnings.catch_warnings(record=True) as caught:
