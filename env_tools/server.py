@@ -67,7 +67,7 @@ except ImportError:  # pragma: no cover
 
 from env_tools._instances import InstanceTable, ServiceError, error_body
 from env_tools._middleware import BearerAuthMiddleware, BodyLimitMiddleware, FastRoute, InstanceFastPath
-from langgraph_evolver._serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES, check_bind, uvicorn_guards
+from langgraph_evolver._serving import add_header_limit_arguments, check_bind, uvicorn_guards
 from langgraph_evolver.environment import Environment, load_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Action, Task
@@ -677,19 +677,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-instances", type=int, default=1024, help="live instances allowed at once (default: 1024)")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle instance is released")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20, help="largest request body (default: 1 MiB)")
-    p.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=DEFAULT_MAX_HEADER_BYTES,
-        help=f"largest request line + headers; larger is a 431 (default: {DEFAULT_MAX_HEADER_BYTES})",
-    )
-    p.add_argument(
-        "--header-timeout",
-        type=float,
-        default=DEFAULT_HEADER_TIMEOUT_S,
-        help="seconds a connection has to send a request's line and headers; slower is a 408 "
-        f"(default: {DEFAULT_HEADER_TIMEOUT_S:g})",
-    )
+    add_header_limit_arguments(p)
     p.add_argument(
         "--insecure",
         action="store_true",

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
+    "add_header_limit_arguments",
     "check_bind",
     "drain_request",
     "free_port",
@@ -249,6 +250,24 @@ def uvicorn_guards(*, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config``: the ``guarded_http`` protocol."""
     return {"http": guarded_http(max_header_bytes=max_header_bytes, header_timeout_s=header_timeout_s),
             "h11_max_incomplete_event_size": max_header_bytes}  # fmt: skip
+
+
+def add_header_limit_arguments(parser: Any) -> None:
+    """``--max-header-bytes`` and ``--header-timeout`` on an argparse parser or group: one spelling and one help
+    text for both services' command lines (what ``uvicorn_guards`` takes)."""
+    parser.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        help=f"largest request line + headers; larger is a 431 (default: {DEFAULT_MAX_HEADER_BYTES})",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        help="seconds a connection has to send a request's line and headers; slower is a 408 "
+        f"(default: {DEFAULT_HEADER_TIMEOUT_S:g})",
+    )
 
 
 def check_bind(host: str, *, secret: str | None, insecure: bool, refusal: str) -> None:

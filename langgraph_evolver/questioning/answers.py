@@ -28,7 +28,7 @@ from typing import Any
 
 from langgraph_evolver.types import Task, ToolCall
 
-from .results import read_result
+from .results import leaves, read_result
 
 __all__ = ["EXPECTED_KEY", "calls_match_share", "expected_answer", "expected_values", "normalized_arguments"]
 
@@ -44,18 +44,12 @@ def _plain(text: str) -> str:
 
 
 def _leaves(value: Any) -> Iterator[str]:
-    if isinstance(value, Mapping):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _leaves(v)
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int | float):
-        yield str(value)
-    elif isinstance(value, str) and value.strip():
-        yield value.strip()
+    """The numbers and non-blank strings of parsed data (``results.leaves``), as text."""
+    for leaf in leaves(value):
+        if isinstance(leaf, int | float):
+            yield str(leaf)
+        elif isinstance(leaf, str) and leaf.strip():
+            yield leaf.strip()
 
 
 def _text_values(text: str) -> Iterator[str]:

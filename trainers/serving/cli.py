@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_evolver._serving import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES, uvicorn_guards
+from langgraph_evolver._serving import add_header_limit_arguments, uvicorn_guards
 
 from .access import API_KEY_ENV, WeightAccess, check_api_key, check_bind, is_loopback, split_dirs
 from .app import DEFAULT_MAX_REQUEST_BYTES, create_app
@@ -87,19 +87,7 @@ def make_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"largest request body; larger is a 413 before it is held (default: {DEFAULT_MAX_REQUEST_BYTES})",
     )
-    limits.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=DEFAULT_MAX_HEADER_BYTES,
-        help=f"largest request line + headers; larger is a 431 (default: {DEFAULT_MAX_HEADER_BYTES})",
-    )
-    limits.add_argument(
-        "--header-timeout",
-        type=float,
-        default=DEFAULT_HEADER_TIMEOUT_S,
-        help="seconds a connection has to send a request's line and headers; slower is a 408 "
-        f"(default: {DEFAULT_HEADER_TIMEOUT_S:g})",
-    )
+    add_header_limit_arguments(limits)
     p.add_argument(
         "--parent-pid",
         type=int,
