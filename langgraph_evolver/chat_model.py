@@ -33,8 +33,8 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr
 
-from ._current import CURRENT
-from .types import Transition
+from .rollout import CURRENT
+from .transitions import POLICY_MARKER, model_version, transition_from_message
 
 __all__ = [
     "POLICY_API_KEY_ENV",
@@ -48,9 +48,6 @@ __all__ = [
 POLICY_API_KEY_ENV = "EVOLVER_POLICY_API_KEY"
 """The policy endpoint's key: what the policy server requires (its ``--api-key`` default) and what
 ``PolicyChatModel`` sends when it is given no ``api_key``."""
-
-POLICY_MARKER = "evolver_policy"
-"""Metadata key a ``PolicyChatModel`` puts on its runs: the capture trains on calls carrying it."""
 
 
 def paired_seed(seed: int, task_id: str, sample: int, turn: int) -> int:
@@ -221,27 +218,3 @@ class PolicyChatModel(ChatOpenAI):
                     for c in bad
                 ]
         return result
-
-
-def model_version(message: BaseMessage) -> str:
-    """The version of the weights that answered: the response's ``system_fingerprint`` (our policy
-    server sets it to the adapter name or the weights version that served the call), else the
-    model name the endpoint echoed (vLLM sets no fingerprint; the name is the requested one)."""
-    meta = message.response_metadata or {}
-    return str(meta.get("system_fingerprint") or meta.get("model_name") or "")
-
-
-def transition_from_message(message: BaseMessage) -> Transition | None:
-    """The ``Transition`` recorded on an AI message, or ``None`` if the endpoint sent no ids."""
-    meta = message.response_metadata or {}
-    prompt_ids, completion_ids = meta.get("prompt_token_ids"), meta.get("token_ids")
-    content = (meta.get("logprobs") or {}).get("content")
-    if prompt_ids is None or completion_ids is None or content is None:
-        return None
-    return Transition(
-        prompt_ids=tuple(prompt_ids),
-        completion_ids=tuple(completion_ids),
-        logprobs=tuple(float(e["logprob"]) for e in content),
-        model_version=model_version(message),
-        finish_reason=meta.get("finish_reason"),
-    )
