@@ -517,7 +517,7 @@ class ToolsEnvironment(Environment):
     def _reference_state_score(self, task: Task) -> float:
         """Synthesized and trace tasks have no checker of their own: replay the reference in a fresh instance and
         score by ``env_tools.replay.replay_score`` (end state, and for a read task the answer and the calls)."""
-        from langgraph_evolver.questioning.filters import state_fingerprint
+        from langgraph_evolver.reference_scoring import state_fingerprint
 
         from .replay import replay_score
 

@@ -72,7 +72,7 @@ from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.loading import load_object
 from langgraph_evolver.questioning.judge import ReferenceAwareJudge
-from langgraph_evolver.questioning.results import render_result
+from langgraph_evolver.tool_results import render_result
 from langgraph_evolver.types import Action, Step, StepResult, Task, ToolCall, Trajectory
 
 _READ_PREFIXES = frozenset({"list", "get", "search", "count", "show", "read", "find"})
@@ -747,9 +747,9 @@ class McpEnvironment(ToolsEnvironment):
         """The server's state as its read tools show it: what each of ``snapshot_tools`` answers now, then what
         the task's ``snapshot_calls`` (reads with arguments: ``get_booking(B1)``) answer.
 
-        ``state_fingerprint`` (self-questioning's filter, and the reference replay that scores synthesized
-        tasks) compares these: the server's state is not in this process. The default tools are the server's
-        visible tools that take no required argument and whose names read (``list_*``, ``get_*``,
+        ``state_fingerprint`` (``reference_scoring``: self-questioning's filter, and the reference replay that
+        scores synthesized tasks) compares these: the server's state is not in this process. The default tools are
+        the server's visible tools that take no required argument and whose names read (``list_*``, ``get_*``,
         ``search_*``, ``count_*``, ``show_*``, ``read_*``, ``find_*``); ``snapshot_tools`` names them instead.
         """
         state = self.state
@@ -833,12 +833,12 @@ def _make_judge(judge: Any, *, base_url: str | None) -> tuple[Any, str | None]:
     if judge is None or judge == "":
         return None, None
     if isinstance(judge, str):
-        from langgraph_evolver.questioning.__main__ import chat_model
+        from langgraph_evolver.chat_model import chat_model_from_spec
 
         if judge.startswith("policy:") and not base_url:
             raise ConfigError(f"judge={judge!r} needs judge_base_url (the policy endpoint, e.g. "
                               "#judge=policy:tiny&judge_base_url=http://127.0.0.1:8000/v1).")  # fmt: skip
-        return ReferenceAwareJudge(chat_model(judge, base_url=base_url)), judge
+        return ReferenceAwareJudge(chat_model_from_spec(judge, base_url=base_url)), judge
     if hasattr(judge, "areward"):
         return judge, str(getattr(judge, "name", None) or type(judge).__name__)
     if hasattr(judge, "ainvoke"):

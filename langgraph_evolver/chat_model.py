@@ -33,6 +33,8 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr
 
+from ._llm import init_model
+from .errors import ConfigError
 from .rollout import CURRENT
 from .transitions import POLICY_MARKER, model_version, transition_from_message
 
@@ -40,6 +42,7 @@ __all__ = [
     "POLICY_API_KEY_ENV",
     "POLICY_MARKER",
     "PolicyChatModel",
+    "chat_model_from_spec",
     "model_version",
     "paired_seed",
     "transition_from_message",
@@ -218,3 +221,20 @@ class PolicyChatModel(ChatOpenAI):
                     for c in bad
                 ]
         return result
+
+
+def chat_model_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> Any:
+    """A chat model from a CLI spec: ``policy:<name>`` (``PolicyChatModel``) or an ``init_chat_model`` string.
+
+    What the questioning command's ``--model`` and an MCP environment's ``judge=`` read (``questioning.__main__``
+    names it ``chat_model``).
+    """
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    if spec.startswith("policy:"):
+        if not base_url:
+            raise ConfigError(f"{spec!r} needs --base-url (the policy endpoint, e.g. http://127.0.0.1:8000/v1).")
+        # no --api-key: PolicyChatModel sends $EVOLVER_POLICY_API_KEY, the policy server's key
+        return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=api_key, max_tokens=256)
+    extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
+    return init_model(spec, role="chat", accepted="Use 'schema'/'offline', 'policy:<name>' or a string such as "
+                      "'openai:gpt-4.1-mini'.", **extra)  # fmt: skip

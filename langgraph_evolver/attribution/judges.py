@@ -50,10 +50,11 @@ from langgraph_evolver._llm import (
     run_sync,
 )
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.rendering import render_steps
 from langgraph_evolver.types import Trajectory
 
 from .core import Attribution, JudgeStats, Label, StepLabel
-from .parsing import parse_labels, render_steps
+from .parsing import parse_labels
 from .prompts import (
     ATTRIBUTION_PROMPT_FIELDS,
     DEFAULT_ATTRIBUTION_PROMPT,

@@ -246,6 +246,7 @@ class Navigator:
     def block_for(self, task: Task, observation: Any = None) -> ExperienceBlock | None:
         return asyncio.run(self.ablock_for(task, observation))
 
+
 _KEY = "experience"
 """The trajectory metadata key ``aguide`` writes: ``{"guided": True, "ids", "text", "scores"}``."""
 

@@ -43,8 +43,8 @@ from langgraph_evolver._llm import (
     run_sync,
     strip_think,
 )
-from langgraph_evolver.attribution.parsing import render_call, render_steps, trim
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.rendering import render_call, render_steps, trim
 from langgraph_evolver.types import Task, Trajectory
 
 from .prompts import DEFAULT_REFERENCE_PROMPT, DEFAULT_REFERENCE_RETRY_PROMPT, REFERENCE_PROMPT_FIELDS

@@ -31,8 +31,8 @@ from langgraph_evolver._llm import (
     model_id,
     run_sync,
 )
-from langgraph_evolver.attribution.parsing import render_call, trim
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.rendering import render_call, trim
 from langgraph_evolver.types import Task, ToolCall, Trajectory
 
 from .prompts import DEFAULT_SYNTHESIS_PROMPT, DEFAULT_SYNTHESIS_RETRY_PROMPT, SYNTHESIS_PROMPT_FIELDS
