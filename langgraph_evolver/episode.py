@@ -1,6 +1,6 @@
 """One episode: run *any* LangGraph agent on a task, against a fresh environment, and record it.
 
-The seams (DESIGN.md "Drop-in"):
+The seams (docs/dropin.md):
 
 1. **The agent.** An ``AgentSpec``: a factory ``build(model, tools) -> compiled graph`` (most
    agents have one, or it is one line around their code), or an already compiled graph that

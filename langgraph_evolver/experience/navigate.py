@@ -17,7 +17,7 @@
 - **Strip.** ``strip_block(transition, block, tokenizer)``: the guided prompt is decoded, the
   block (with its separator) removed and the text re-tokenized: the row trains the policy to act
   *without* the advice. Completions stay exactly as sampled; the old logprobs stay the behaviour
-  logprobs sampled under the guided prompt (``../shared/DESIGN.md`` says why). ``keep`` mode
+  logprobs sampled under the guided prompt (``docs/self-navigating.md`` says why). ``keep`` mode
   trains on the guided prompt as it was.
 - **Boost.** ``epsilon_highs``: a guided call with a positive advantage and a non-empty retrieval
   gets the wider upper clip bound (0.6); every other call the normal one.

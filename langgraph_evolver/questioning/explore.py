@@ -455,7 +455,7 @@ def explore(
     """Explore ``env`` from ``task``'s world with schema-driven random calls.
 
     Args:
-        env: an ``env_tools.base.Environment`` instance (reset here with ``task``).
+        env: a ``langgraph_evolver.environment.Environment`` instance (reset here with ``task``).
         task: the task whose world to explore, usually ``exploration_task(seed_task)``.
         n_breadth: calls of the breadth phase (diverse tools).
         n_depth: calls of the depth phase (conditioned on recent observations).
