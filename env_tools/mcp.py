@@ -47,32 +47,28 @@ episode made with their results and the final answer. ``last_evaluation`` says s
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import json
 import logging
 import numbers
 import shlex
-import sys
-import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qsl
 
-from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from env_tools._checks import answer_matches
-from env_tools._mcp_process import ServerStderr, cap_output, stdio_session
-from env_tools.langchain_tools import ToolsEnvironment, _render_content
+from env_tools._mcp_process import cap_output
+from env_tools._mcp_session import _await, _Connection, _shared_connection, _wait
+from env_tools.langchain_tools import ToolsEnvironment
+from env_tools.mcp_tasks import load_mcp_tasks, parse_mcp_spec, task_calls
 from langgraph_evolver._llm import model_id, run_sync
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.loading import load_object
 from langgraph_evolver.questioning.judge import ReferenceAwareJudge
-from langgraph_evolver.questioning.results import render_result
 from langgraph_evolver.types import Action, Step, StepResult, Task, ToolCall, Trajectory
 
 _READ_PREFIXES = frozenset({"list", "get", "search", "count", "show", "read", "find"})
@@ -82,220 +78,9 @@ __all__ = ["McpEnvironment", "McpState", "load_mcp_tasks", "mcp_environment", "p
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["session", "shared"]
-_OPTION_KEYS = (
-    "tasks",
-    "timeout",
-    "startup_timeout",
-    "isolation",
-    "reset_tool",
-    "checker",
-    "judge",
-    "judge_base_url",
-    "snapshot_tools",
-    "max_output_bytes",
-)
-_CLOSE_WAIT_S = 10.0
 _MAX_OUTPUT_BYTES = 65_536
 """A tool result's default cap in the agent's observation (``max_output_bytes``): an 8 MB result once went whole
 into an observation and the trajectories file."""
-_PYTHONS = frozenset({"python", "python3"})
-_NOTED_INTERPRETER: set[str] = set()
-
-
-# -- the background loop ------------------------------------------------------------------------------------------
-
-_LOOP: asyncio.AbstractEventLoop | None = None
-_LOOP_LOCK = threading.Lock()
-
-
-def _loop() -> asyncio.AbstractEventLoop:
-    """One event loop thread holds every MCP session of the process: a session's streams are bound to the
-    loop that opened it, while rollouts call tools from their own loops (or none)."""
-    global _LOOP
-    with _LOOP_LOCK:
-        if _LOOP is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="mcp-sessions", daemon=True).start()
-            _LOOP = loop
-        return _LOOP
-
-
-def _submit(coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-    return asyncio.run_coroutine_threadsafe(coro, _loop())
-
-
-def _wait(coro: Coroutine[Any, Any, Any]) -> Any:
-    return _submit(coro).result()
-
-
-async def _await(coro: Coroutine[Any, Any, Any]) -> Any:
-    return await asyncio.wrap_future(_submit(coro))
-
-
-# -- one MCP session ----------------------------------------------------------------------------------------------
-
-
-class _Connection:
-    """One open MCP session, held by a task on the background loop from ``open`` to ``close``."""
-
-    def __init__(self, connection: dict[str, Any], *, label: str, timeout: float, startup_timeout: float) -> None:
-        self.connection = connection
-        self.label = label
-        self.timeout = timeout
-        self.startup_timeout = startup_timeout
-        self.tools: dict[str, BaseTool] = {}
-        self.dead: str | None = None
-        self.stderr: ServerStderr | None = None
-        """A stdio server's stderr, exit status and pid (``env_tools/_mcp_process.py``)."""
-        self._stop: asyncio.Event | None = None
-        self._holder: asyncio.Task[None] | None = None
-        self._ready: asyncio.Future[None] | None = None
-
-    async def open(self) -> None:
-        """Start the session (on the background loop); ``EnvironmentFailure`` when it does not come up."""
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ready = ready
-        self._stop = asyncio.Event()
-        self._holder = asyncio.create_task(self._hold(ready))
-        try:
-            await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout)
-        except TimeoutError:
-            await self.close()
-            raise EnvironmentFailure(await self._startup_failure(None)) from None
-        except Exception as e:
-            await self.close()
-            raise EnvironmentFailure(await self._startup_failure(e)) from e
-
-    async def _startup_failure(self, error: Exception | None) -> str:
-        """Why the server did not come up: a stdio server's exit status and last stderr lines, not the
-        ``ExceptionGroup`` the transport raises when the process is gone."""
-        what = (f"did not start within {self.startup_timeout:g} s" if error is None
-                else f"could not be reached ({_leaf(error)})")  # fmt: skip
-        if self.stderr is None:
-            hint = ("Check that the command runs on its own, or raise startup_timeout." if error is None
-                    else "Check the command line or URL (mcp:<command> or mcp:http://host:port/mcp).")  # fmt: skip
-            return f"The MCP server {self.label} {what}. {hint}"
-        await self.stderr.wait_closed(2.0)
-        if error is None:  # its exit status is our kill's
-            what += " (it never answered MCP's initialize, and was stopped)"
-        elif self.stderr.exit_status is not None:
-            what = f"{self.stderr.describe()} before it finished starting (MCP initialize)"
-        return (f"The MCP server {self.label} {what}. Its last stderr lines:\n{self.stderr.tail()}\nRun the "
-                "command on its own to see it fail, or raise startup_timeout if it is only slow.")  # fmt: skip
-
-    def _session(self) -> Any:
-        """The session's context: a stdio server under its supervisor (``stdio_session``), else the adapters'."""
-        if self.connection.get("transport") == "stdio":
-            self.stderr = ServerStderr()
-            return stdio_session(self.connection, self.stderr)
-        from langchain_mcp_adapters.client import MultiServerMCPClient
-
-        return MultiServerMCPClient({"server": self.connection}).session("server")  # type: ignore[dict-item]
-
-    async def _hold(self, ready: asyncio.Future[None]) -> None:
-        from langchain_mcp_adapters.tools import load_mcp_tools
-
-        try:
-            async with self._session() as session:
-                tools = await load_mcp_tools(session)
-                self.tools = {t.name: t for t in tools}
-                if self.stderr is not None:
-                    self.stderr.echo_from_now()
-                ready.set_result(None)
-                assert self._stop is not None
-                await self._stop.wait()
-        except BaseException as e:  # the session ended: record why, wake ``open`` if it still waits
-            if not ready.done():
-                if isinstance(e, Exception):
-                    ready.set_exception(e)
-                else:  # cancelled by ``close``: nobody waits for it any more
-                    ready.cancel()
-            self.dead = self.dead or f"{type(e).__name__}: {e}"
-            if not isinstance(e, Exception):
-                raise
-        finally:
-            self.dead = self.dead or "closed"
-
-    async def call(self, name: str, arguments: dict[str, Any]) -> str:
-        """The text of a tool's result; ``ToolException`` (an error observation) for any failure."""
-        from mcp.shared.exceptions import McpError
-        from mcp.types import CONNECTION_CLOSED
-
-        if self.dead is not None:
-            raise ToolException(f"the MCP server {self.label} is gone ({self.dead}); no further call can run")
-        tool = self.tools.get(name)
-        if tool is None:
-            raise ToolException(f"the MCP server has no tool {name!r}")
-        call = {"type": "tool_call", "name": name, "args": dict(arguments), "id": "mcp"}
-        try:
-            output = await asyncio.wait_for(tool.ainvoke(call), self.timeout)
-        except TimeoutError:
-            raise ToolException(
-                f"{name} did not answer within {self.timeout:g} s (the MCP call timed out); try other arguments "
-                "or another tool"
-            ) from None
-        except McpError as e:
-            if e.error.code == CONNECTION_CLOSED:
-                self.dead = f"connection closed during {name}"
-                raise ToolException(f"the MCP server {self.label} died during {name}: {e.error.message}") from None
-            raise ToolException(f"{name} failed with MCP error {e.error.code}: {e.error.message}") from None
-        except ToolException:
-            raise
-        except Exception as e:  # a closed stream, a dead process, an HTTP error
-            if self._holder is not None and self._holder.done():
-                self.dead = self.dead or f"{type(e).__name__}: {e}"
-                raise ToolException(f"the MCP server {self.label} is gone ({self.dead})") from None
-            raise ToolException(f"{name} failed with {type(e).__name__}: {e}") from None
-        if isinstance(output, ToolMessage):
-            text = _render_content(output.content)
-            if output.status == "error":  # an ``isError`` result
-                raise ToolException(text or f"{name} failed")
-            artifact = output.artifact if isinstance(output.artifact, dict) else {}
-            return render_result(text, artifact.get("structured_content"))  # structuredContent the text lacks
-        return _render_content(output)
-
-    async def close(self) -> None:
-        """End the session: let it close on its own (a stdio server gets EOF, then SIGTERM), cancel the task that
-        holds it when it does not (a server stuck in ``initialize`` never would), and SIGKILL a stdio server's
-        process group that is still there."""
-        if self._stop is not None:
-            self._stop.set()
-        holder = self._holder
-        if holder is not None and not holder.done():
-            opened = self._ready is not None and self._ready.done() and not self._ready.cancelled()
-            if opened and self._ready.exception() is None:  # type: ignore[union-attr]
-                await asyncio.wait({holder}, timeout=_CLOSE_WAIT_S)
-            if not holder.done():
-                holder.cancel()
-                await asyncio.wait({holder}, timeout=_CLOSE_WAIT_S)
-        if self.stderr is not None and not await self.stderr.wait_closed(1.0):
-            self.stderr.kill()
-            await self.stderr.wait_closed(1.0)
-        self.dead = self.dead or "closed"
-
-
-def _leaf(error: BaseException) -> str:
-    """The first real error inside (nested) exception groups: what the transport's ``TaskGroup`` hides."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return f"{type(error).__name__}: {error}"
-
-
-_SHARED: dict[str, _Connection] = {}
-_SHARED_LOCK: asyncio.Lock | None = None
-
-
-async def _shared_connection(key: str, make: Any) -> _Connection:
-    global _SHARED_LOCK
-    if _SHARED_LOCK is None:
-        _SHARED_LOCK = asyncio.Lock()
-    async with _SHARED_LOCK:
-        conn = _SHARED.get(key)
-        if conn is None or conn.dead is not None:
-            conn = make()
-            await conn.open()
-            _SHARED[key] = conn
-        return conn
 
 
 # -- the state a checker sees -------------------------------------------------------------------------------------
@@ -329,92 +114,6 @@ class McpState:
     def close(self) -> None:
         if self.owned:
             _wait(self.connection.close())
-
-
-# -- the spec -----------------------------------------------------------------------------------------------------
-
-
-def parse_mcp_spec(spec: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """``"mcp:python srv.py#tasks=t.jsonl"`` -> (a langchain-mcp-adapters connection, the ``#`` options)."""
-    body = spec.removeprefix("mcp:").strip()
-    body, _, fragment = body.partition("#")
-    options = dict(parse_qsl(fragment, keep_blank_values=True))
-    unknown = sorted(set(options) - set(_OPTION_KEYS))
-    if unknown:
-        raise ConfigError(f"Unknown option(s) {unknown} in {spec!r}; valid: {', '.join(_OPTION_KEYS)}.")
-    body = body.strip()
-    if not body:
-        raise ConfigError(f"{spec!r} names no server: write mcp:<command line> or mcp:http://host:port/mcp.")
-    if body.startswith(("http://", "https://")):
-        return {"transport": "streamable_http", "url": body}, options
-    try:
-        argv = shlex.split(body)
-    except ValueError as e:
-        raise ConfigError(f"Could not split the command line of {spec!r}: {e}") from e
-    return {"transport": "stdio", "command": _interpreter(argv[0], spec), "args": argv[1:]}, options
-
-
-def _interpreter(command: str, spec: str) -> str:
-    """A bare ``python`` / ``python3`` is this interpreter (``sys.executable``), said once: the first ``python`` on
-    PATH is often not the one with the server's packages (a run without the venv activated failed that way)."""
-    if command not in _PYTHONS:
-        return command
-    if spec not in _NOTED_INTERPRETER:
-        _NOTED_INTERPRETER.add(spec)
-        logger.warning("%s: %r runs as this interpreter, %s (sys.executable), not the first %r on PATH; write "
-                       "its full path to run another.", spec.partition("#")[0], command, sys.executable,
-                       command)  # fmt: skip
-    return sys.executable
-
-
-# -- tasks --------------------------------------------------------------------------------------------------------
-
-
-def _calls(value: Any, where: str) -> tuple[ToolCall, ...]:
-    if not isinstance(value, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in value):
-        raise ConfigError(f'{where} must be a list of calls like {{"name": "list_todos", "arguments": {{}}}}.')
-    return tuple(ToolCall(name=c["name"], arguments=dict(c.get("arguments") or {})) for c in value)
-
-
-def load_mcp_tasks(path: str | Path, *, env: str = "mcp") -> dict[str, list[Task]]:
-    """Tasks from a JSONL file, by split. One object a line:
-
-    ``id``; ``instruction`` or ``query``; ``split`` (``train``); ``initial_state`` (the reset tool's arguments);
-    ``setup`` (calls run before the episode); ``reference`` (calls that solve it); ``check`` (read-only calls
-    compared with the reference's replay); ``checker`` (``module:function``); ``answer``; ``metadata``.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"MCP tasks file {str(path)!r} does not exist.")
-    splits: dict[str, list[Task]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{where} is not JSON: {e}") from e
-        query = row.get("instruction", row.get("query"))
-        if not isinstance(query, str) or not query.strip():
-            raise ConfigError(f"{where} has no 'instruction' (or 'query').")
-        metadata = dict(row.get("metadata") or {})
-        for key in ("answer", "checker"):
-            if key in row:
-                metadata[key] = row[key]
-        if "setup" in row:
-            metadata["setup"] = [c.to_dict() for c in _calls(row["setup"], f"{where} 'setup'")]
-        reference = _calls(row["reference"], f"{where} 'reference'") if "reference" in row else None
-        if "check" in row:
-            _calls(row["check"], f"{where} 'check'")
-            if reference is None:
-                raise ConfigError(f"{where} has 'check' calls but no 'reference' to replay and compare with.")
-            metadata["check"] = row["check"]
-        task = Task(id=str(row.get("id", f"{path.stem}-{number}")), query=query, env=env,
-                    env_params=dict(row.get("initial_state") or {}), reference_solution=reference,
-                    metadata=metadata)  # fmt: skip
-        splits.setdefault(str(row.get("split", "train")), []).append(task)
-    return splits
 
 
 # -- the environment ----------------------------------------------------------------------------------------------
@@ -531,7 +230,7 @@ class McpEnvironment(ToolsEnvironment):
                     f"Task {task.id!r} gives an initial state {sorted(task.env_params)}, but the server has no "
                     f"{self.reset_tool!r} tool to apply it: add one, or seed the task with 'setup' calls."
                 )
-            for call in _calls(task.metadata.get("setup") or [], f"task {task.id!r} 'setup'"):
+            for call in task_calls(task.metadata.get("setup") or [], f"task {task.id!r} 'setup'"):
                 await conn.call(call.name, _arguments(call))
         except ToolException as e:
             if fresh:
@@ -680,7 +379,7 @@ class McpEnvironment(ToolsEnvironment):
 
     async def _check_score(self, task: Task, state: McpState) -> float:
         """The fraction of ``check`` calls whose results equal those after replaying the reference."""
-        checks = _calls(task.metadata["check"], f"task {task.id!r} 'check'")
+        checks = task_calls(task.metadata["check"], f"task {task.id!r} 'check'")
         read = [await _read_episode(state, c) for c in checks]
         got, failed = [value for value, _ in read], [error for _, error in read if error is not None]
         twin = await self._start(task, fresh=True)
@@ -747,9 +446,9 @@ class McpEnvironment(ToolsEnvironment):
         """The server's state as its read tools show it: what each of ``snapshot_tools`` answers now, then what
         the task's ``snapshot_calls`` (reads with arguments: ``get_booking(B1)``) answer.
 
-        ``state_fingerprint`` (self-questioning's filter, and the reference replay that scores synthesized
-        tasks) compares these: the server's state is not in this process. The default tools are the server's
-        visible tools that take no required argument and whose names read (``list_*``, ``get_*``,
+        ``state_fingerprint`` (``reference_scoring``: self-questioning's filter, and the reference replay that
+        scores synthesized tasks) compares these: the server's state is not in this process. The default tools are
+        the server's visible tools that take no required argument and whose names read (``list_*``, ``get_*``,
         ``search_*``, ``count_*``, ``show_*``, ``read_*``, ``find_*``); ``snapshot_tools`` names them instead.
         """
         state = self.state
@@ -833,12 +532,12 @@ def _make_judge(judge: Any, *, base_url: str | None) -> tuple[Any, str | None]:
     if judge is None or judge == "":
         return None, None
     if isinstance(judge, str):
-        from langgraph_evolver.questioning.__main__ import chat_model
+        from langgraph_evolver.chat_model import chat_model_from_spec
 
         if judge.startswith("policy:") and not base_url:
             raise ConfigError(f"judge={judge!r} needs judge_base_url (the policy endpoint, e.g. "
                               "#judge=policy:tiny&judge_base_url=http://127.0.0.1:8000/v1).")  # fmt: skip
-        return ReferenceAwareJudge(chat_model(judge, base_url=base_url)), judge
+        return ReferenceAwareJudge(chat_model_from_spec(judge, base_url=base_url)), judge
     if hasattr(judge, "areward"):
         return judge, str(getattr(judge, "name", None) or type(judge).__name__)
     if hasattr(judge, "ainvoke"):

@@ -9,7 +9,7 @@ and call ``replay_score`` with what they saw. A wrong episode must not be able t
   reference's tools the agent called (a task that also reads must be read too; the state shows the
   writes, so their arguments need no second check);
 - a **read task** (it changes nothing, so every episode's state matches): half for a final answer
-  that quotes a value the reference's reads returned (``questioning.answers.expected_answer``), half
+  that quotes a value the reference's reads returned (``langgraph_evolver.reference_scoring.expected_answer``), half
   for the reference's calls made with the same name and arguments (normalised). The reference
   call with an answer quoting its result scores 1.0; other arguments and another answer 0.0;
   doing nothing 0.0;
@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 
 from env_tools._checks import answer_matches
-from langgraph_evolver.questioning.answers import calls_match_share, expected_answer
+from langgraph_evolver.reference_scoring import calls_match_share, expected_answer
 from langgraph_evolver.types import Task, ToolCall
 
 __all__ = ["replay_score"]

@@ -52,13 +52,10 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi import FastAPI, Query
+from fastapi.responses import Response
 
 try:  # langsmith's dependency, so normally present
     import orjson
@@ -67,6 +64,17 @@ except ImportError:  # pragma: no cover
 
 from env_tools._instances import InstanceTable, ServiceError, error_body
 from env_tools._middleware import BearerAuthMiddleware, BodyLimitMiddleware, FastRoute, InstanceFastPath
+from env_tools._server_errors import _document_errors, _install_error_handlers
+from env_tools.server_models import (
+    CreateInstanceRequest,
+    CreateInstanceResponse,
+    EvaluateResponse,
+    HealthResponse,
+    ReleaseResponse,
+    StepRequest,
+    StepResultModel,
+    TasksResponse,
+)
 from langgraph_evolver._serving import add_header_limit_arguments, check_bind, uvicorn_guards
 from langgraph_evolver.environment import Environment, load_environment
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
@@ -87,12 +95,6 @@ __all__ = [
 logger = logging.getLogger("env_tools.server")
 T = TypeVar("T")
 
-_STEP_HINT = (
-    'A step body looks like {"action": {"tool_calls": [{"name": "search_contacts", '
-    '"arguments": {"query": "Ann"}, "id": "call_0"}], "content": null}}; '
-    'a final answer is {"action": {"content": "..."}}.'
-)
-_CREATE_HINT = 'Send {"task": <Task.to_dict()>} or {"task_id": "...", "split": "train"}.'
 _STEP_QUERIES = {b"": False, b"evaluate_if_done=true": True, b"evaluate_if_done=false": False}
 _WORKER_THREADS = 40  # as many as Starlette's threadpool allows
 _CODE_KEYS = ("checker",)
@@ -103,118 +105,6 @@ _EVALUATE_IF_DONE = (
     "When this step ends the episode, evaluate the instance too and answer its score as 'score' (left out "
     "when the evaluation fails: POST /instances/{instance_id}/evaluate then says why)."
 )
-
-
-# -- request / response models (the HTTP boundary) -------------------------------------------
-class ToolCallModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
-    id: str = ""
-
-
-class ActionModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tool_calls: list[ToolCallModel] = Field(default_factory=list)
-    content: str | None = None
-
-
-class TaskModel(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # tolerate fields added by newer Task versions
-    id: str
-    query: str
-    env: str = "sandbox"
-    env_params: dict[str, Any] = Field(default_factory=dict)
-    reference_solution: list[ToolCallModel] | None = None
-    source: Literal["seed", "synthetic", "trace"] = "seed"
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-def _valid_unicode(data: Any) -> Any:
-    """Refuse text that JSON can escape but UTF-8 cannot carry (a lone surrogate such as ``"\\ud800"``).
-
-    The answers quote such text (a reset's observation holds the task's query) and could not be encoded.
-    """
-    if orjson is not None:
-        try:
-            orjson.dumps(data)  # the quick check; it also refuses what is fine (integers over 64 bits)
-            return data
-        except TypeError:
-            pass
-    try:
-        json.dumps(data, ensure_ascii=False).encode()
-    except UnicodeEncodeError as e:
-        bad = e.object[e.start : e.end]
-        raise ValueError(f"text must be valid Unicode; the body holds the lone surrogate {bad!a}") from None
-    except (TypeError, ValueError):
-        pass  # not JSON-shaped: the field validation says what is wrong
-    return data
-
-
-class CreateInstanceRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    task: TaskModel | None = None
-    task_id: str | None = None
-    split: str = "train"
-
-    _unicode = model_validator(mode="before")(_valid_unicode)
-
-    @model_validator(mode="after")
-    def _one_task(self) -> CreateInstanceRequest:
-        if (self.task is None) == (self.task_id is None):
-            raise ValueError("send exactly one of 'task' (a full task object) or 'task_id' (with optional 'split')")
-        return self
-
-
-class StepRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    action: ActionModel
-
-    _unicode = model_validator(mode="before")(_valid_unicode)
-
-
-class ObservationModel(BaseModel):
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-
-
-class CreateInstanceResponse(BaseModel):
-    instance_id: str
-    observation: ObservationModel
-
-
-class ToolObservationModel(BaseModel):
-    call_id: str
-    name: str
-    content: str
-    is_error: bool = False
-
-
-class StepResultModel(BaseModel):
-    observations: list[ToolObservationModel]
-    done: bool
-    messages: list[dict[str, Any]] | None = None  # a multi-turn environment's next user turn
-    tools: list[dict[str, Any]] | None = None  # the tools from then on, when they change
-    score: float | None = None  # with ?evaluate_if_done=true, on the step that ends the episode
-
-
-class EvaluateResponse(BaseModel):
-    score: float
-
-
-class ReleaseResponse(BaseModel):
-    released: str
-
-
-class HealthResponse(BaseModel):
-    status: str
-    env: str
-    instances: int
-    max_instances: int
-
-
-class TasksResponse(BaseModel):
-    tasks: list[dict[str, Any]]
 
 
 # -- environment calls -------------------------------------------------------------------------
@@ -430,113 +320,6 @@ class _InstanceWork:
         if flag is None:
             return None
         return StepRequest, lambda body: self.run("step", lambda: self.step(instance_id, body, flag))
-
-
-# -- error handlers ------------------------------------------------------------------------
-def _describe_validation(exc: RequestValidationError) -> tuple[int, str, str]:
-    errors = exc.errors()
-    bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
-    if bad_json is not None:
-        reason = (bad_json.get("ctx") or {}).get("error", "JSON decode error")
-        pos = bad_json.get("loc", ("body", "?"))[-1]
-        message = f"The request body is not valid JSON ({reason} at character {pos}); send a JSON object."
-        return 400, message, "invalid_json"
-    parts = []
-    for e in errors[:5]:
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        if not loc and e.get("type") == "missing":
-            parts.append("the request body is missing (send a JSON object)")
-        else:
-            parts.append(f"{loc}: {msg}" if loc else msg)
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return 422, "Invalid request: " + "; ".join(parts) + more + ".", "invalid_request"
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, message, kind = _describe_validation(exc)
-        path = request.url.path
-        hint = _STEP_HINT if path.endswith("/step") else _CREATE_HINT if path.rstrip("/") == "/instances" else ""
-        return JSONResponse(error_body(f"{message} {hint}".strip(), kind), status_code=status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = str(exc.detail)
-        if exc.status_code == 404:
-            message = f"No endpoint {request.method} {request.url.path}; see GET /docs for the API."
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}; see GET /docs for the API."
-        return JSONResponse(error_body(message, "http_error"), status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # a bug in the service itself
-        logger.exception("unexpected error in %s %s", request.method, request.url.path)
-        message = f"Internal error in the environment service ({type(exc).__name__}: {exc}); see the service log."
-        return JSONResponse(error_body(message, "internal_error"), status_code=500)
-
-
-_ERROR_BODY_SCHEMA = {
-    "title": "ErrorBody",
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["message", "type"],
-            "properties": {"message": {"type": "string"}, "type": {"type": "string"}},
-        }
-    },
-}
-_ERRORS = {
-    400: "The body is not JSON, a task sent whole names code (a checker), or the environment refused the call (a "
-    "bad split, task or action).",
-    401: "Missing or wrong bearer token: send 'Authorization: Bearer <token>' (the service's --token).",
-    404: "Unknown task id, or an instance that expired, was released or never existed.",
-    413: "The request body is over the service's --max-request-bytes.",
-    422: "The body or query does not match the schema; the message names the field.",
-    429: "The service holds --max-instances live instances; release one, or retry after Retry-After seconds.",
-    500: "The environment raised (a bug in it); the service keeps serving.",
-}
-_ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
-    ("get", "/tasks"): (400, 500),
-    ("get", "/profile"): (400, 500),
-    ("post", "/instances"): (400, 404, 413, 422, 429, 500),
-    ("post", "/instances/{instance_id}/step"): (400, 404, 413, 422, 500),
-    ("post", "/instances/{instance_id}/evaluate"): (404, 500),
-    ("delete", "/instances/{instance_id}"): (404,),
-}
-
-
-def _document_errors(app: FastAPI, *, token: bool) -> None:
-    """Make ``/openapi.json`` list each route's error answers (``{"error": {"message", "type"}}``, 422 included)."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = build()
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422 body; ours is ErrorBody
-            components.pop(unused, None)
-        components["ErrorBody"] = _ERROR_BODY_SCHEMA
-        for path, operations in schema.get("paths", {}).items():
-            for method, operation in operations.items():
-                responses = operation.setdefault("responses", {})
-                codes = {*_ROUTE_ERRORS.get((method, path), ()), *((401,) if token and path != "/health" else ())}
-                codes |= {422} if "422" in responses else set()
-                for code in sorted(codes):
-                    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-                    responses[str(code)] = {"description": _ERRORS[code], "content": content}
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 # -- the app ---------------------------------------------------------------------------------

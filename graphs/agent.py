@@ -53,7 +53,7 @@ from langgraph_evolver.context import ContextTemplate, SelfManagingTemplate, ama
 from langgraph_evolver.environment import list_environments, load_environment
 from langgraph_evolver.environment_tools import EnvironmentTool, current_rollout
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
-from langgraph_evolver.experience.navigate import current_block, inject_experience
+from langgraph_evolver.experience.navigate import current_block
 from langgraph_evolver.loading import import_modules
 from langgraph_evolver.served_graph import create_episode_graph
 from langgraph_evolver.tracing import trace_tool_calls
@@ -191,7 +191,8 @@ def create_agent_graph(
             bound = model.bind_tools(available) if available else model
         except NotImplementedError:  # scripted test models
             bound = model
-        prompt = inject_experience(template(state["messages"]), current_block())  # self-navigating: after the template
+        rollout = current_rollout()  # the episode hooks' transforms (self-navigating's block) after the template
+        prompt = rollout.transform(template(state["messages"])) if rollout is not None else template(state["messages"])
         ai = await bound.ainvoke(prompt)
         return {"messages": [ai], "turn": state.get("turn", 0) + 1}
 

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Coroutine, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
@@ -32,6 +32,7 @@ from .errors import ConfigError
 
 __all__ = [
     "UNSET",
+    "LLMKeywords",
     "CallTally",
     "LLMRole",
     "LLMSettings",
@@ -354,6 +355,26 @@ class LLMSettings:
         return tally.cost(self.price_per_1k_input, self.price_per_1k_output)
 
 
+class LLMKeywords(TypedDict, total=False):
+    """The ``LLMSettings`` fields every LLM role also takes one by one (``LLMJudge(model, max_retries=1)``).
+
+    The roles take them as ``**llm: Unpack[LLMKeywords]`` and hand them to ``LLMRole._use_settings``: one
+    list of the keywords, next to ``LLMSettings``, instead of a copy in each role's signature.
+    """
+
+    max_concurrency: int
+    max_retries: int
+    backoff_s: float
+    max_backoff_s: float
+    timeout_s: float | None
+    price_per_1k_input: float
+    price_per_1k_output: float
+
+
+SETTINGS_KEYWORDS = tuple(LLMKeywords.__annotations__)
+"""The names of ``LLMKeywords``, in order."""
+
+
 def resolve_settings(settings: LLMSettings | None, defaults: LLMSettings, /, **keywords: Any) -> LLMSettings:
     """``settings`` (else the role's ``defaults``) with every keyword that was given applied on top.
 
@@ -381,7 +402,17 @@ class LLMRole:
     _semaphores: LoopSemaphores
     DEFAULT_SETTINGS = LLMSettings()
 
-    def _use_settings(self, settings: LLMSettings | None, **keywords: Any) -> None:
+    def _use_settings(self, settings: LLMSettings | None, /, **keywords: Any) -> None:
+        """``self.settings``: ``settings`` (else the role's ``DEFAULT_SETTINGS``) with the ``LLMKeywords`` given.
+
+        A keyword that is no ``LLMSettings`` field is refused as Python refuses an unknown argument
+        (``TypeError``), naming the ones there are.
+        """
+        unknown = sorted(set(keywords) - set(SETTINGS_KEYWORDS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r} (its LLM "
+                            f"settings keywords are {', '.join(SETTINGS_KEYWORDS)}; see help({type(self).__name__}) "
+                            "for the rest)")  # fmt: skip
         self.settings = resolve_settings(settings, self.DEFAULT_SETTINGS, **keywords)
         self._semaphores = LoopSemaphores(self.settings.max_concurrency)
 

@@ -1,7 +1,7 @@
 """Advantages from rewards: pure functions over plain lists (no torch).
 
 Two estimators: GRPO (one advantage per rollout) and ADCA (one per step, from a judge's
-GOOD/BAD step labels plus the outcome; DESIGN.md "Self-attributing").
+GOOD/BAD step labels plus the outcome; docs/self-attributing.md).
 
 GRPO: the rollouts of one task form a group; each rollout's advantage is its reward minus the
 group mean, divided by the group's standard deviation (``scale="group"``), by the batch's

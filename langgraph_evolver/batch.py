@@ -3,7 +3,7 @@
 ``agent`` is whatever ``as_agent`` accepts: a compiled graph (ours from ``graphs/agent.py``, a
 ``create_agent`` graph with ``EvolverMiddleware``), a ``build(model, tools)`` factory, an
 ``AgentSpec`` or a dotted path. Every rollout gets a fresh environment instance and its own
-``TrajectoryRecorder`` (``dropin.arun_episode``), so rollouts never share state and a crashed
+``TrajectoryRecorder`` (``episode.arun_episode``), so rollouts never share state and a crashed
 rollout leaks nothing.
 """
 

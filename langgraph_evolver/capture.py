@@ -39,9 +39,9 @@ from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ._llm import message_text
-from .chat_model import POLICY_MARKER, transition_from_message
 from .context.templates import strip_thoughts
 from .errors import EvolverError
+from .transitions import POLICY_MARKER, transition_from_message
 from .types import Action, FinishReason, Step, Task, ToolCall, ToolObservation, Trajectory
 
 __all__ = [

@@ -33,13 +33,16 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import Field, PrivateAttr, SecretStr
 
-from ._current import CURRENT
-from .types import Transition
+from ._llm import init_model
+from .errors import ConfigError
+from .rollout import CURRENT
+from .transitions import POLICY_MARKER, model_version, transition_from_message
 
 __all__ = [
     "POLICY_API_KEY_ENV",
     "POLICY_MARKER",
     "PolicyChatModel",
+    "chat_model_from_spec",
     "model_version",
     "paired_seed",
     "transition_from_message",
@@ -48,9 +51,6 @@ __all__ = [
 POLICY_API_KEY_ENV = "EVOLVER_POLICY_API_KEY"
 """The policy endpoint's key: what the policy server requires (its ``--api-key`` default) and what
 ``PolicyChatModel`` sends when it is given no ``api_key``."""
-
-POLICY_MARKER = "evolver_policy"
-"""Metadata key a ``PolicyChatModel`` puts on its runs: the capture trains on calls carrying it."""
 
 
 def paired_seed(seed: int, task_id: str, sample: int, turn: int) -> int:
@@ -223,25 +223,18 @@ class PolicyChatModel(ChatOpenAI):
         return result
 
 
-def model_version(message: BaseMessage) -> str:
-    """The version of the weights that answered: the response's ``system_fingerprint`` (our policy
-    server sets it to the adapter name or the weights version that served the call), else the
-    model name the endpoint echoed (vLLM sets no fingerprint; the name is the requested one)."""
-    meta = message.response_metadata or {}
-    return str(meta.get("system_fingerprint") or meta.get("model_name") or "")
+def chat_model_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> Any:
+    """A chat model from a CLI spec: ``policy:<name>`` (``PolicyChatModel``) or an ``init_chat_model`` string.
 
-
-def transition_from_message(message: BaseMessage) -> Transition | None:
-    """The ``Transition`` recorded on an AI message, or ``None`` if the endpoint sent no ids."""
-    meta = message.response_metadata or {}
-    prompt_ids, completion_ids = meta.get("prompt_token_ids"), meta.get("token_ids")
-    content = (meta.get("logprobs") or {}).get("content")
-    if prompt_ids is None or completion_ids is None or content is None:
-        return None
-    return Transition(
-        prompt_ids=tuple(prompt_ids),
-        completion_ids=tuple(completion_ids),
-        logprobs=tuple(float(e["logprob"]) for e in content),
-        model_version=model_version(message),
-        finish_reason=meta.get("finish_reason"),
-    )
+    What the questioning command's ``--model`` and an MCP environment's ``judge=`` read (``questioning.__main__``
+    names it ``chat_model``).
+    """
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    if spec.startswith("policy:"):
+        if not base_url:
+            raise ConfigError(f"{spec!r} needs --base-url (the policy endpoint, e.g. http://127.0.0.1:8000/v1).")
+        # no --api-key: PolicyChatModel sends $EVOLVER_POLICY_API_KEY, the policy server's key
+        return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=api_key, max_tokens=256)
+    extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
+    return init_model(spec, role="chat", accepted="Use 'schema'/'offline', 'policy:<name>' or a string such as "
+                      "'openai:gpt-4.1-mini'.", **extra)  # fmt: skip

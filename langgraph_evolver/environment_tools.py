@@ -1,65 +1,23 @@
-"""The live rollout and the environment's tools: what a graph sees of the rollout it runs in.
+"""The environment's tools: what a graph sees of the rollout it runs in.
 
-``Rollout`` is the state of one rollout (task, environment instance, tools, policy, recorder,
-context template, experience block), reachable from inside the run through ``current_rollout()``
-(how ``EvolverMiddleware`` finds the policy and the tools). ``environment_tools`` turns the OpenAI
-function schemas an environment offers into LangChain tools that execute in that rollout's
-environment instance, so state is fresh per rollout.
+``environment_tools`` turns the OpenAI function schemas an environment offers into LangChain tools
+that execute in the running rollout's environment instance, so state is fresh per rollout. ``Rollout``
+and ``current_rollout()`` live in ``rollout.py`` and are re-exported here (their public path).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, ToolException
 
-from ._current import CURRENT
-from .capture import TrajectoryRecorder
-from .context import ContextTemplate
-from .environment import Environment
 from .errors import ConfigError
-from .types import Action, Observation, StepResult, Task, ToolCall
-
-if TYPE_CHECKING:  # experience.navigate reads the rollout (current_block), so only for the annotation
-    from .experience.navigate import ExperienceBlock
+from .rollout import Rollout, current_rollout
+from .types import Action, StepResult, ToolCall
 
 __all__ = ["EnvironmentTool", "Rollout", "current_rollout", "environment_tools"]
-
-
-def current_rollout() -> Rollout | None:
-    """The rollout running in this context (inside ``arun_episode``), else ``None``."""
-    return CURRENT.get()
-
-
-@dataclass(slots=True)
-class Rollout:
-    """The live state of one rollout, visible to the graph's code through ``current_rollout()``."""
-
-    task: Task
-    env: Environment
-    observation: Observation
-    tools: list[BaseTool]
-    policy: BaseChatModel | None
-    recorder: TrajectoryRecorder
-    context_template: ContextTemplate | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    context_stats: list[dict[str, Any]] = field(default_factory=list)
-    """Context-management steps made by ``EvolverMiddleware`` in this rollout."""
-    experience: ExperienceBlock | None = None
-    """The block this rollout is guided by (self-navigating: ``aguide``), injected into every policy prompt."""
-    sample: int = 0
-    """This rollout's index among its task's samples (``arun_rollouts(n=k)``: 0..k-1; a lone episode: 0)."""
-    policy_requests: int = 0
-    """Requests a ``PolicyChatModel`` has sent in this rollout so far: the turn of its paired seed
-    (``PolicyChatModel.sample_seed``)."""
-
-    def tool(self, name: str) -> BaseTool | None:
-        return next((t for t in self.tools if t.name == name), None)
 
 
 # -- the environment's tools ---------------------------------------------------------------------

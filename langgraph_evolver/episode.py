@@ -1,6 +1,6 @@
 """One episode: run *any* LangGraph agent on a task, against a fresh environment, and record it.
 
-The seams (DESIGN.md "Drop-in"):
+The seams (docs/dropin.md):
 
 1. **The agent.** An ``AgentSpec``: a factory ``build(model, tools) -> compiled graph`` (most
    agents have one, or it is one line around their code), or an already compiled graph that
@@ -30,18 +30,18 @@ from __future__ import annotations
 import inspect
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.language_models import BaseChatModel
 
-from ._current import CURRENT
 from .agent_spec import AgentSpec
 from .capture import TrajectoryRecorder, TurnLimitReached
 from .context import ContextTemplate
 from .environment import Environment, TaskEnvironmentFactory, load_environment
-from .environment_tools import Rollout, environment_tools
-from .experience.navigate import ExperienceBlock, aguide, guided_template
+from .environment_tools import environment_tools
+from .rollout import CURRENT, EpisodeHooks, Rollout, guide_hooks
 from .tracing import trace_metadata
 from .types import Action, Task, Trajectory
 
@@ -74,13 +74,18 @@ async def arun_episode(
     capture: bool = True,
     navigator: Any = None,
     guided: bool = False,
+    hooks: Sequence[EpisodeHooks] = (),
 ) -> Trajectory:
     """Run ``agent`` on ``task`` once, against a fresh environment; never raises (see module docstring).
 
     ``capture=False`` runs without the recorder (the trajectory then has no steps): only for measuring
-    what the capture costs (``benchmarks/rollouts.py``). ``guided=True`` with a ``navigator``
-    (self-navigating) retrieves experiences for the task and injects them into every policy prompt.
+    what the capture costs (``benchmarks/rollouts.py``). ``hooks`` (``rollout.EpisodeHooks``) take part in
+    the run: before it, on every policy prompt, after it. ``guided=True`` with a ``navigator`` adds the
+    navigator's hooks (``rollout.guide_hooks``; self-navigating: retrieve experiences for the task, inject
+    them into every policy prompt).
     """
+    if guided and navigator is not None:
+        hooks = (*hooks, guide_hooks(navigator))
     trajectory_id = trajectory_id or f"{group_id or task.id}/{rollout_index}/{os.urandom(4).hex()}"
     recorder = TrajectoryRecorder(max_turns=max_turns, train_tool_llm_calls=train_tool_llm_calls)
     errors: list[str] = []
@@ -100,13 +105,9 @@ async def arun_episode(
             await _close(env)
         return traj
     rollout = Rollout(task=task, env=env, observation=observation, tools=[], policy=policy, recorder=recorder,
-                      context_template=context_template, sample=rollout_index)  # fmt: skip
+                      context_template=context_template, sample=rollout_index, hooks=tuple(hooks))  # fmt: skip
     rollout.tools = environment_tools(None, observation.tools)
-    navigation: dict[str, Any] = {}
-    if guided and navigator is not None:
-        rollout.experience, navigation, retrieval_error = await aguide(navigator, task, observation)
-        if retrieval_error is not None:
-            errors.append(retrieval_error)
+    await _before_run(rollout, errors)
     config: dict[str, Any] = {
         "callbacks": _with_handler(callbacks, recorder) if capture else callbacks,
         "metadata": trace_metadata(
@@ -114,7 +115,7 @@ async def arun_episode(
             group_id,
             rollout_index,
             trajectory_id=trajectory_id,
-            **({"experience_ids": list(rollout.experience.ids)} if rollout.experience else {}),
+            **({"experience_ids": list(rollout.experience_ids)} if rollout.experience_ids else {}),
         ),
         "run_name": f"rollout {task.id} #{rollout_index}",
         "recursion_limit": recursion_limit,
@@ -124,7 +125,7 @@ async def arun_episode(
     token = CURRENT.set(rollout)
     answered = False
     try:
-        model = _templated(policy, context_template, agent, rollout.experience)
+        model = _templated(policy, context_template, agent, rollout)
         graph = agent.graph_for(model, rollout.tools)
         payload = agent.input_for(task, observation)
         while True:
@@ -178,26 +179,50 @@ async def arun_episode(
     finally:
         await _close(env)
     metadata = {"latency_s": round(time.perf_counter() - started, 4), "agent": agent.name,
-                **_context_stats(state, rollout), **navigation}  # fmt: skip
+                **_context_stats(state, rollout), **rollout.metadata}  # fmt: skip
     if recorder.user_turns > 1:
         metadata["user_turns"] = recorder.user_turns
     details = getattr(env, "last_evaluation", None)  # e.g. a benchmark checker's verdict and reason
     if isinstance(details, dict):
         metadata["evaluation"] = details
-    return recorder.trajectory(task, reward=reward, final_state=state, trajectory_id=trajectory_id, group_id=group_id,
-                               rollout_index=rollout_index, finish_reason=finish, errors=errors, metadata=metadata,
-                               experience_ids=rollout.experience.ids if rollout.experience else ())  # fmt: skip
+    trajectory = recorder.trajectory(task, reward=reward, final_state=state, trajectory_id=trajectory_id,
+                                     group_id=group_id, rollout_index=rollout_index, finish_reason=finish,
+                                     errors=errors, metadata=metadata,
+                                     experience_ids=rollout.experience_ids)  # fmt: skip
+    for hook in rollout.hooks:
+        trajectory = hook.after_run(rollout, trajectory)
+    return trajectory
+
+
+async def _before_run(rollout: Rollout, errors: list[str]) -> None:
+    """Each hook's ``before_run`` (its error recorded, the rollout runs on), then its prompt transform."""
+    for hook in rollout.hooks:
+        error = await hook.before_run(rollout)
+        if error is not None:
+            errors.append(error)
+    rollout.message_transforms = [t for hook in rollout.hooks if (t := hook.message_transform(rollout)) is not None]
 
 
 def _templated(policy: BaseChatModel | None, template: ContextTemplate | None, agent: AgentSpec,
-               block: ExperienceBlock | None = None) -> Any:  # fmt: skip
-    """The policy a ``build`` factory receives: one that applies the context template (and injects the
-    rollout's experience block) on every prompt. Our agent does both itself."""
-    if policy is None or agent.applies_context or agent.build is None or (template is None and block is None):
+               rollout: Rollout) -> Any:  # fmt: skip
+    """The policy a ``build`` factory receives: one that applies the context template (then the hooks'
+    prompt transforms, e.g. the rollout's experience block) on every prompt. Our agent does both itself."""
+    transforms = rollout.message_transforms
+    if policy is None or agent.applies_context or agent.build is None or (template is None and not transforms):
         return policy
     if not hasattr(policy, "context_template"):
         return policy  # not a PolicyChatModel: only EvolverMiddleware can apply templates to it
-    return policy.model_copy(update={"context_template": guided_template(template, block)})
+    return policy.model_copy(update={"context_template": _then_transforms(template, rollout) if transforms
+                                     else template})  # fmt: skip
+
+
+def _then_transforms(template: ContextTemplate | None, rollout: Rollout) -> ContextTemplate:
+    """``template`` followed by the rollout's prompt transforms: what they add survives every template."""
+
+    def transformed(messages: Any) -> list[Any]:
+        return rollout.transform(template(messages) if template is not None else list(messages))
+
+    return transformed
 
 
 def _with_handler(callbacks: Any, recorder: TrajectoryRecorder) -> Any:

@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import SystemMessage
 from langchain_core.tools import BaseTool
 
-from .environment_tools import current_rollout
-from .experience.navigate import guided_system_message
+from .rollout import current_rollout
 
 __all__ = ["EvolverMiddleware"]
 
@@ -58,8 +58,8 @@ class EvolverMiddleware(AgentMiddleware):
             overrides["model"] = rollout.policy
         if rollout.context_template is not None:
             overrides["messages"] = rollout.context_template(request.messages)
-        if rollout.experience is not None:  # self-navigating: the block joins the agent's system prompt
-            overrides["system_message"] = guided_system_message(request.system_message, rollout.experience)
+        if rollout.message_transforms:  # the hooks' (self-navigating: the block joins the agent's system prompt)
+            overrides["system_message"] = _transformed_system(request.system_message, rollout)
         return request.override(**overrides) if overrides else request
 
     def _tool_request(self, request: Any) -> Any:
@@ -143,3 +143,9 @@ class _ModelArgumentsOnly(BaseTool):
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:  # never reached: ``invoke`` hands the call to the target
         raise NotImplementedError
+
+
+def _transformed_system(system_message: SystemMessage | None, rollout: Any) -> SystemMessage | None:
+    """An agent's system prompt through the rollout's prompt transforms (its first system message after them)."""
+    out = rollout.transform([system_message] if system_message is not None else [])
+    return next((m for m in out if isinstance(m, SystemMessage)), system_message)

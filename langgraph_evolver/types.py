@@ -8,10 +8,12 @@ HTTP and rendered in reports without custom encoders.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from .errors import ConfigError
 
 __all__ = [
     "Action",
@@ -23,6 +25,7 @@ __all__ = [
     "ToolObservation",
     "Trajectory",
     "Transition",
+    "as_trajectory",
     "read_jsonl",
     "write_jsonl",
 ]
@@ -359,3 +362,23 @@ def read_jsonl(path: str | Path, cls: Any = None) -> Iterator[Any]:
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
             yield cls.from_dict(data) if cls is not None else data
+
+
+def as_trajectory(value: Trajectory | Mapping[str, Any]) -> Trajectory:
+    """``value`` as a ``Trajectory``: itself, or read from its ``to_dict()`` (one line of ``trajectories.jsonl``).
+
+    What every mechanism that takes "a trajectory or its dict" calls (attribution, experience extraction).
+    """
+    if isinstance(value, Trajectory):
+        return value
+    if isinstance(value, Mapping):
+        missing = [k for k in ("id", "task") if k not in value]
+        if missing:
+            raise ConfigError(f"A trajectory needs {missing} (it has {sorted(value)}); pass one line of a run's "
+                              "trajectories.jsonl, or Trajectory.to_dict().")  # fmt: skip
+        try:
+            return Trajectory.from_dict(dict(value))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"Not a valid trajectory ({type(e).__name__}: {e}); pass one line of a run's "
+                              "trajectories.jsonl, or Trajectory.to_dict().") from e  # fmt: skip
+    raise ConfigError(f"Expected a Trajectory or its dict, got {type(value).__name__}.")

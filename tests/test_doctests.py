@@ -15,6 +15,10 @@ PACKAGES = [
     "langgraph_evolver.context",
     "langgraph_evolver.ingest",
     "langgraph_evolver.environment",
+    # the core modules the mechanisms share (issue 41 moved them down): their examples run too
+    "langgraph_evolver.rendering",
+    "langgraph_evolver.reference_scoring",
+    "langgraph_evolver.tool_results",
 ]
 
 

@@ -1,7 +1,8 @@
 """The floors of ARCHITECTURE.md, checked on the code: no import runs back up a floor, no circle.
 
-Every ``import`` / ``from ... import`` of every module counts, at the top of a file or inside a
-function (a lazy import is still a dependency), except under ``if TYPE_CHECKING:``.
+Every ``import`` / ``from ... import`` of every module counts, at the top of a file, inside a
+function (a lazy import is still a dependency) or under ``if TYPE_CHECKING:`` (an annotation-only
+import still couples the two modules: a circle closed through one is a circle).
 """
 
 from __future__ import annotations
@@ -29,24 +30,14 @@ def _is_package(path: Path) -> bool:
     return path.name == "__init__.py"
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
-    return lines
-
-
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """(line, imported module) for every import of ``path`` that names one of our packages."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    skip = _type_checking_lines(tree)
     name = _module_name(path)
     package = name if _is_package(path) else name.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in skip:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
@@ -154,10 +145,17 @@ def test_the_checks_can_fail(tmp_path, monkeypatch):
         (tmp_path / floor / "__init__.py").write_text("")
     (tmp_path / "langgraph_evolver" / "a.py").write_text("from trainers import grpo\nfrom . import b\n")
     (tmp_path / "langgraph_evolver" / "b.py").write_text("def f():\n    from .a import x\n")
+    (tmp_path / "langgraph_evolver" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import D\n"
+    )
+    (tmp_path / "langgraph_evolver" / "d.py").write_text("from .c import C\n")
     (tmp_path / "trainers" / "grpo.py").write_text("import langgraph_evolver.a\n")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     assert upward_imports() == ["langgraph_evolver/a.py:1 imports trainers.grpo (trainers is above langgraph_evolver)"]
-    assert import_circles("langgraph_evolver") == [["langgraph_evolver.a", "langgraph_evolver.b"]]
+    assert import_circles("langgraph_evolver") == [
+        ["langgraph_evolver.a", "langgraph_evolver.b"],
+        ["langgraph_evolver.c", "langgraph_evolver.d"],  # closed through a TYPE_CHECKING import: still a circle
+    ]
     assert import_circles("trainers") == []
 
 

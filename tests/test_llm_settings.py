@@ -81,3 +81,30 @@ def test_make_judge_passes_settings_and_prices_reach_the_cost():
     verdict = judge.judge(traj)
     assert verdict.labels is not None
     assert verdict.input_tokens == 120 and verdict.cost_usd == pytest.approx(120.0)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_settings_keywords_are_one_list_next_to_llm_settings(role):
+    """No role repeats the keywords in its signature: they come from ``LLMKeywords`` (one list, ``_llm.py``)."""
+    import dataclasses
+    import inspect
+
+    from langgraph_evolver._llm import SETTINGS_KEYWORDS
+
+    assert set(SETTINGS_KEYWORDS) == {f.name for f in dataclasses.fields(LLMSettings)}
+    params = inspect.signature(role.__init__).parameters
+    assert not set(SETTINGS_KEYWORDS) & set(params), f"{role.__name__} repeats settings keywords"
+    assert params["llm"].kind is inspect.Parameter.VAR_KEYWORD
+    built = role(_model(), price_per_1k_input=2.0, timeout_s=None)  # every field, on every role
+    assert built.settings.price_per_1k_input == 2.0 and built.timeout_s is None
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_mistyped_keyword_names_the_settings_keywords(role):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'max_retry'.*max_retries"):
+        role(_model(), max_retry=2)
+
+
+def test_extractor_refuses_concurrency_and_max_concurrency_together():
+    with pytest.raises(TypeError, match="both concurrency and max_concurrency"):
+        LLMExtractor(_model(), concurrency=2, max_concurrency=3)

@@ -245,10 +245,10 @@ def test_reads_with_arguments_make_a_booking_visible_so_doing_nothing_scores_zer
         env.close()
 
 
-@pytest.mark.parametrize("module", ["results", "wording", "reach", "profile"])
+@pytest.mark.parametrize("module", ["tool_results", "questioning.wording", "questioning.reach", "questioning.profile"])
 def test_the_new_modules_examples_run(module):
     import doctest
     import importlib
 
-    result = doctest.testmod(importlib.import_module(f"langgraph_evolver.questioning.{module}"))
-    assert result.failed == 0 and (result.attempted >= 1 or module == "reach")
+    result = doctest.testmod(importlib.import_module(f"langgraph_evolver.{module}"))
+    assert result.failed == 0 and (result.attempted >= 1 or module == "questioning.reach")

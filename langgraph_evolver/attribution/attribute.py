@@ -25,7 +25,7 @@ from langchain_core.language_models import BaseChatModel
 
 from langgraph_evolver._llm import init_model
 from langgraph_evolver.errors import ConfigError
-from langgraph_evolver.types import Trajectory
+from langgraph_evolver.types import Trajectory, as_trajectory
 
 from .core import Attribution, Judge, apply_attribution
 from .judges import LLMJudge, run_sync
@@ -92,22 +92,6 @@ def _build(cls: type, model: Any, options: dict[str, Any]) -> Any:
         raise ConfigError(f"{cls.__name__} got a bad option ({e}); see help({cls.__name__}) for its options.") from e
 
 
-def _as_trajectory(value: Trajectory | Mapping[str, Any]) -> Trajectory:
-    if isinstance(value, Trajectory):
-        return value
-    if isinstance(value, Mapping):
-        missing = [k for k in ("id", "task") if k not in value]
-        if missing:
-            raise ConfigError(f"A trajectory needs {missing} (it has {sorted(value)}); pass one line of a run's "
-                              "trajectories.jsonl, or Trajectory.to_dict().")  # fmt: skip
-        try:
-            return Trajectory.from_dict(dict(value))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"Not a valid trajectory ({type(e).__name__}: {e}); pass one line of a run's "
-                              "trajectories.jsonl, or Trajectory.to_dict().") from e  # fmt: skip
-    raise ConfigError(f"Expected a Trajectory or its dict, got {type(value).__name__}.")
-
-
 def attribute_steps(trajectory: Trajectory | Mapping[str, Any], judge: JudgeSpec, **options: Any) -> Attribution:
     """Label every step of ``trajectory`` GOOD or BAD with a short reason.
 
@@ -119,12 +103,12 @@ def attribute_steps(trajectory: Trajectory | Mapping[str, Any], judge: JudgeSpec
     Returns:
         The verdict; ``labels`` is ``None`` when the judge failed (outcome-only fallback).
     """
-    return make_judge(judge, **options).judge(_as_trajectory(trajectory))
+    return make_judge(judge, **options).judge(as_trajectory(trajectory))
 
 
 async def aattribute_steps(trajectory: Trajectory | Mapping[str, Any], judge: JudgeSpec, **options: Any) -> Attribution:
     """Async ``attribute_steps``."""
-    return await make_judge(judge, **options).ajudge(_as_trajectory(trajectory))
+    return await make_judge(judge, **options).ajudge(as_trajectory(trajectory))
 
 
 async def aattribute_batch(
@@ -132,7 +116,7 @@ async def aattribute_batch(
 ) -> list[Attribution]:
     """Verdicts for many trajectories, judged concurrently (bounded by the judge's ``max_concurrency``)."""
     bound = make_judge(judge, **options)
-    return list(await asyncio.gather(*(bound.ajudge(_as_trajectory(t)) for t in trajectories)))
+    return list(await asyncio.gather(*(bound.ajudge(as_trajectory(t)) for t in trajectories)))
 
 
 def attribute_batch(
@@ -175,7 +159,7 @@ def create_attribution_node(
                               f"missing (state keys: {sorted(state)}); pass it or set input_key.")  # fmt: skip
         value = state[input_key]
         many = isinstance(value, list | tuple)
-        trajectories = [_as_trajectory(v) for v in (value if many else [value])]
+        trajectories = [as_trajectory(v) for v in (value if many else [value])]
         verdicts = await aattribute_batch(trajectories, bound)
         update: dict[str, Any] = {}
         dicts = [v.to_dict() for v in verdicts]

@@ -34,14 +34,14 @@ import time
 import weakref
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
 
 from langgraph_evolver._llm import (
-    UNSET,
     CallTally,
+    LLMKeywords,
     LLMRole,
     LLMSettings,
     check_template,
@@ -50,10 +50,11 @@ from langgraph_evolver._llm import (
     run_sync,
 )
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.rendering import render_steps
 from langgraph_evolver.types import Trajectory
 
 from .core import Attribution, JudgeStats, Label, StepLabel
-from .parsing import parse_labels, render_steps
+from .parsing import parse_labels
 from .prompts import (
     ATTRIBUTION_PROMPT_FIELDS,
     DEFAULT_ATTRIBUTION_PROMPT,
@@ -100,15 +101,8 @@ class LLMJudge(LLMRole):
         model: BaseChatModel | Runnable,
         *,
         settings: LLMSettings | None = None,
-        max_concurrency: int = UNSET,
-        max_retries: int = UNSET,
-        backoff_s: float = UNSET,
-        max_backoff_s: float = UNSET,
-        timeout_s: float | None = UNSET,
         max_observation_chars: int = 400,
         cache: bool | MutableMapping[str, Any] | str | Path | None = True,
-        price_per_1k_input: float = UNSET,
-        price_per_1k_output: float = UNSET,
         success_threshold: float = 1.0,
         prompt: str = DEFAULT_ATTRIBUTION_PROMPT,
         success_rules: str = DEFAULT_SUCCESS_RULES,
@@ -116,12 +110,11 @@ class LLMJudge(LLMRole):
         retry_prompt: str = DEFAULT_RETRY_PROMPT,
         step_format: str = DEFAULT_STEP_FORMAT,
         name: str | None = None,
+        **llm: Unpack[LLMKeywords],
     ) -> None:
         if not hasattr(model, "ainvoke"):
             raise ConfigError(f"LLMJudge needs a LangChain chat model, got {type(model).__name__}.")
-        self._use_settings(settings, max_concurrency=max_concurrency, max_retries=max_retries, backoff_s=backoff_s,
-                           max_backoff_s=max_backoff_s, timeout_s=timeout_s, price_per_1k_input=price_per_1k_input,
-                           price_per_1k_output=price_per_1k_output)  # fmt: skip
+        self._use_settings(settings, **llm)
         check_template("prompt", prompt, ATTRIBUTION_PROMPT_FIELDS)
         check_template("retry_prompt", retry_prompt, RETRY_PROMPT_FIELDS)
         check_template("step_format", step_format, STEP_FORMAT_FIELDS)

@@ -1,4 +1,7 @@
-"""Render a trajectory's steps for the judge, and read GOOD/BAD labels out of its free-text answer.
+"""Read GOOD/BAD labels out of a judge's free-text answer (the step renderers live in ``rendering.py``).
+
+``render_*`` and ``trim`` are re-exported here (their old path); questioning and experience use them too,
+so they live in the core.
 
 Steps are numbered from 1 in the prompt (``Step 1`` is ``trajectory.steps[0]``). ``parse_labels``
 accepts what judges actually write: ``Step 3: GOOD - reason``, ``Step 3 : bad (reason)``,
@@ -19,10 +22,9 @@ import re
 from typing import Any
 
 from langgraph_evolver._llm import strip_think
-from langgraph_evolver.types import Step, ToolCall
+from langgraph_evolver.rendering import render_action, render_call, render_observation, render_steps, trim
 
 from .core import Label
-from .prompts import DEFAULT_STEP_FORMAT
 
 __all__ = ["parse_labels", "render_action", "render_call", "render_observation", "render_steps", "trim"]
 
@@ -38,55 +40,6 @@ _LINE_PATTERNS = (
     re.compile(r"^\s*\|\s*(?:step\s*)?(\d+)\s*\|\s*\**\s*(GOOD|BAD)\s*\**\s*\|\s*(.*?)\s*\|?\s*$", re.I),
 )
 _JSON_BLOCK = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
-
-
-def trim(text: str, max_chars: int) -> str:
-    """``text`` cut to ``max_chars`` characters, saying how much was cut."""
-    text = text.strip()
-    if max_chars <= 0 or len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]}… [{len(text) - max_chars} more chars]"
-
-
-def render_call(call: ToolCall) -> str:
-    """``name(key="value", n=5)``; arguments that are not an object are shown raw."""
-    if isinstance(call.arguments, dict):
-        args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
-        return f"{call.name}({args})"
-    return f"{call.name}(<arguments that are not a JSON object: {call.arguments!r}>)"
-
-
-def render_action(step: Step, max_chars: int) -> str:
-    """What the agent did in ``step``: its tool calls as ``name(arg=value)``, or its text."""
-    if step.action.tool_calls:
-        return trim("; ".join(render_call(c) for c in step.action.tool_calls), max_chars)
-    text = json.dumps(trim(step.action.content or "", max_chars), ensure_ascii=False)
-    if step.error:
-        return f"wrote output that is neither a valid tool call nor an answer: {text}"
-    return f"final answer: {text}"
-
-
-def render_observation(step: Step, max_chars: int) -> str:
-    """What the environment answered to ``step``, trimmed; errors are marked ``[error]``."""
-    parts = [f"[error] {o.content}" if o.is_error else o.content for o in step.observations]
-    text = " | ".join(parts)
-    if step.error:
-        text = f"{text} [step error: {step.error}]" if text else f"[step error: {step.error}]"
-    if not text:
-        text = "(the episode ends)" if not step.action.tool_calls else "(no answer)"
-    return trim(text, max_chars)
-
-
-def render_steps(steps: tuple[Step, ...], *, max_observation_chars: int, step_format: str = DEFAULT_STEP_FORMAT) -> str:
-    """All steps as the ``{steps}`` field of the attribution prompt, numbered from 1."""
-    return "\n".join(
-        step_format.format(
-            number=i,
-            action=render_action(step, max_observation_chars),
-            observation=render_observation(step, max_observation_chars),
-        )
-        for i, step in enumerate(steps, 1)
-    )
 
 
 def _label_of(value: Any) -> Label | None:

@@ -15,6 +15,8 @@ numbers, ``{num_steps}``).
 
 from __future__ import annotations
 
+from langgraph_evolver.rendering import DEFAULT_STEP_FORMAT  # the core's, shared with questioning
+
 __all__ = [
     "ATTRIBUTION_PROMPT_FIELDS",
     "DEFAULT_ATTRIBUTION_PROMPT",
@@ -56,7 +58,6 @@ solution also needs, done right (right tool, right arguments, right decision).
 - BAD: an error, a repetition, an irrelevant step, wrong arguments or a wrong decision, a wrong or \
 premature final answer, and anything else that did not truly bring the agent closer to a correct solution."""
 
-DEFAULT_STEP_FORMAT = "Step {number}: {action}\n  -> {observation}"
 
 DEFAULT_RETRY_PROMPT = """\
 Your answer has no label for step(s) {missing}. Reply again with exactly one line for each of \

@@ -44,10 +44,10 @@ import re
 import time
 from typing import Any
 
+from langgraph_evolver.rendering import render_call, trim
 from langgraph_evolver.types import Step, ToolCall, ToolObservation, Trajectory
 
 from .core import Attribution, JudgeStats, Label, StepLabel
-from .parsing import render_call, trim
 
 __all__ = ["ReferenceJudge", "normalize_arguments"]
 

@@ -1,5 +1,5 @@
 """Self-navigating: distil experiences from rollouts, retrieve them to guide new rollouts, strip them
-before training (``../shared/DESIGN.md`` "Self-navigating").
+before training (``docs/self-navigating.md``).
 
 - ``extract_experiences`` (+ ``aextract_experiences``, ``create_extraction_node``): from the
   rollouts of one task, an extractor writes ``Experience`` objects (``make_extractor("rules")``

@@ -170,7 +170,7 @@ def embed_texts(embeddings: Embeddings, texts: Sequence[str]) -> np.ndarray:
     """Unit-length float32 embeddings, one row per text (a fast path for ``SentenceTransformerEmbeddings``)."""
     import numpy as np
 
-    from langgraph_evolver.experience._embeddings import SentenceTransformerEmbeddings
+    from langgraph_evolver.embeddings import SentenceTransformerEmbeddings
 
     if isinstance(embeddings, SentenceTransformerEmbeddings):
         matrix = embeddings.encode(list(texts))
@@ -188,7 +188,7 @@ def embed_query(embeddings: Embeddings, text: str) -> np.ndarray:
     """The unit-length float32 embedding of a query, shape ``(dim,)``."""
     import numpy as np
 
-    from langgraph_evolver.experience._embeddings import SentenceTransformerEmbeddings
+    from langgraph_evolver.embeddings import SentenceTransformerEmbeddings
 
     if isinstance(embeddings, SentenceTransformerEmbeddings):
         vector = embeddings.encode([text])[0]

@@ -33,9 +33,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from langgraph_evolver._llm import run_sync
-from langgraph_evolver.attribution.attribute import _as_trajectory
 from langgraph_evolver.errors import ConfigError
-from langgraph_evolver.types import Trajectory
+from langgraph_evolver.types import Trajectory, as_trajectory
 
 from .extractor import (
     ExtractionResult,
@@ -138,7 +137,7 @@ async def aextract_experiences(
     """Async ``extract_experiences``: tasks are extracted concurrently (bounded by the extractor)."""
     _check(max_per_task, min_score)
     bound = make_extractor(extractor, **options)
-    groups = group_by_task(_as_trajectory(t) for t in trajectories)
+    groups = group_by_task(as_trajectory(t) for t in trajectories)
     answers: list[TaskExtraction] = list(
         await asyncio.gather(
             *(bound.aextract_task(g, max_experiences=max_per_task, step=step) for g in groups.values())

@@ -33,13 +33,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from langchain_core.language_models import BaseChatModel
 
 from langgraph_evolver._llm import (
     UNSET,
     CallTally,
+    LLMKeywords,
     LLMRole,
     LLMSettings,
     check_template,
@@ -171,17 +172,11 @@ class LLMExtractor(LLMRole):
         model: str | BaseChatModel,
         *,
         settings: LLMSettings | None = None,
-        max_retries: int = UNSET,
         concurrency: int = UNSET,
         validate: bool = True,
         max_rollouts: int = 2,
         success_threshold: float = 1.0,
-        backoff_s: float = UNSET,
-        max_backoff_s: float = UNSET,
-        timeout_s: float | None = UNSET,
         max_observation_chars: int = 300,
-        price_per_1k_input: float = UNSET,
-        price_per_1k_output: float = UNSET,
         prompt: str = DEFAULT_EXTRACTION_PROMPT,
         validation_prompt: str = DEFAULT_VALIDATION_PROMPT,
         retry_prompt: str = DEFAULT_EXTRACTION_RETRY_PROMPT,
@@ -191,15 +186,18 @@ class LLMExtractor(LLMRole):
         failure_only_instructions: str = DEFAULT_FAILURE_ONLY_INSTRUCTIONS,
         model_kwargs: dict[str, Any] | None = None,
         name: str | None = None,
+        **llm: Unpack[LLMKeywords],
     ) -> None:
         if isinstance(model, str):
             model = init_model(model, role="extractor", accepted=_EXTRACTOR_ACCEPTED, **(model_kwargs or {}))
         if not hasattr(model, "ainvoke"):
             got = type(model).__name__
             raise ConfigError(f"LLMExtractor needs a LangChain chat model or a model string, got a {got}.")
-        self._use_settings(settings, max_concurrency=concurrency, max_retries=max_retries, backoff_s=backoff_s,
-                           max_backoff_s=max_backoff_s, timeout_s=timeout_s, price_per_1k_input=price_per_1k_input,
-                           price_per_1k_output=price_per_1k_output)  # fmt: skip
+        if concurrency is not UNSET:  # this role's name for max_concurrency
+            if "max_concurrency" in llm:
+                raise TypeError("LLMExtractor() got both concurrency and max_concurrency: give one.")
+            llm["max_concurrency"] = concurrency
+        self._use_settings(settings, **llm)
         if max_rollouts < 1:
             raise ConfigError(f"max_rollouts must be >= 1, got {max_rollouts}.")
         check_template("prompt", prompt, EXTRACTION_PROMPT_FIELDS)

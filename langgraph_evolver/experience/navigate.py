@@ -17,7 +17,7 @@
 - **Strip.** ``strip_block(transition, block, tokenizer)``: the guided prompt is decoded, the
   block (with its separator) removed and the text re-tokenized: the row trains the policy to act
   *without* the advice. Completions stay exactly as sampled; the old logprobs stay the behaviour
-  logprobs sampled under the guided prompt (``../shared/DESIGN.md`` says why). ``keep`` mode
+  logprobs sampled under the guided prompt (``docs/self-navigating.md`` says why). ``keep`` mode
   trains on the guided prompt as it was.
 - **Boost.** ``epsilon_highs``: a guided call with a positive advantage and a non-empty retrieval
   gets the wider upper clip bound (0.6); every other call the normal one.
@@ -44,7 +44,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from .._llm import CallTally, LoopSemaphores, ask_with_retries, strip_think
 from ..context import ContextTemplate
 from ..context.templates import pin
-from ..environment_tools import current_rollout
+from ..rollout import EpisodeHooks, MessageTransform, Rollout, current_rollout, register_guide
 from ..types import Task, Trajectory, Transition
 from .types import Experience
 
@@ -53,6 +53,7 @@ __all__ = [
     "BLOCK_SEPARATOR",
     "DEFAULT_REWRITE_PROMPT",
     "ExperienceBlock",
+    "NavigationHooks",
     "Navigator",
     "aguide",
     "current_block",
@@ -146,9 +147,9 @@ def guided_template(template: ContextTemplate | None, block: ExperienceBlock | N
 
 
 def current_block() -> ExperienceBlock | None:
-    """The block the running rollout is guided by (``current_rollout().experience``); ``None`` outside one."""
+    """The block the running rollout is guided by (``NavigationHooks`` keeps it); ``None`` outside one."""
     rollout = current_rollout()
-    return rollout.experience if rollout is not None else None
+    return rollout.extras.get(_KEY) if rollout is not None else None
 
 
 DEFAULT_REWRITE_PROMPT = """An agent is about to work on this task:
@@ -266,6 +267,34 @@ async def aguide(navigator: Navigator, task: Task, observation: Any = None
         error = f"experience retrieval failed (rollout unguided): {type(e).__name__}: {e}"
     record = block.to_dict() if block is not None else {"ids": [], "text": ""}
     return block, {_KEY: {"guided": True, **record}}, error
+
+
+class NavigationHooks(EpisodeHooks):
+    """Self-navigating as episode hooks: retrieve before the run (``aguide``), inject into every policy prompt.
+
+    The block is kept in ``rollout.extras["experience"]`` (``current_block()``); the metadata that records
+    the rollout as guided and the block's ids go into the trajectory.
+    """
+
+    def __init__(self, navigator: Any) -> None:
+        self.navigator = navigator  # a ``Navigator``, or anything with its ``ablock_for``
+
+    async def before_run(self, rollout: Rollout) -> str | None:
+        block, metadata, error = await aguide(self.navigator, rollout.task, rollout.observation)
+        rollout.metadata.update(metadata)
+        if block is not None:
+            rollout.extras[_KEY] = block
+            rollout.experience_ids = block.ids
+        return error
+
+    def message_transform(self, rollout: Rollout) -> MessageTransform | None:
+        block = rollout.extras.get(_KEY)
+        if block is None:
+            return None
+        return lambda messages: inject_experience(messages, block)
+
+
+register_guide(NavigationHooks)  # arun_episode(navigator=..., guided=True) plugs these in
 
 
 def _field(trajectory: Trajectory | Mapping[str, Any], name: str) -> Any:

@@ -29,12 +29,12 @@ Example:
 
 from __future__ import annotations
 
-from langgraph_evolver.experience._base import DEFAULT_MERGE_THRESHOLD, ExperiencePool, merge_experiences
-from langgraph_evolver.experience._embeddings import (
+from langgraph_evolver.embeddings import (
     DEFAULT_EMBEDDING_MODEL,
     SentenceTransformerEmbeddings,
     default_embeddings,
 )
+from langgraph_evolver.experience._base import DEFAULT_MERGE_THRESHOLD, ExperiencePool, merge_experiences
 from langgraph_evolver.experience._faiss import FaissExperiencePool
 from langgraph_evolver.experience._store import StoreExperiencePool
 

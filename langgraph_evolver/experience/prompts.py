@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from langgraph_evolver.attribution.parsing import render_action, render_observation, trim
+from langgraph_evolver.rendering import render_action, render_observation, trim
 from langgraph_evolver.types import Trajectory
 
 __all__ = [

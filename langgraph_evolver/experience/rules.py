@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langgraph_evolver.attribution.parsing import trim
+from langgraph_evolver.rendering import trim
 from langgraph_evolver.types import Step, ToolCall, Trajectory
 
 from .extractor import ExtractorStats, TaskExtraction, experience_id

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from langgraph_evolver._llm import init_model
+from langgraph_evolver.chat_model import chat_model_from_spec as chat_model  # the --model spec (also env_tools')
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.loading import load_object
 
@@ -67,23 +67,6 @@ def make_parser() -> argparse.ArgumentParser:
                         help="API key for --base-url (default: $EVOLVER_POLICY_API_KEY for policy:<name>, else "
                         "$OPENAI_API_KEY, else 'EMPTY')")  # fmt: skip
     return parser
-
-
-def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> Any:
-    """A chat model from a CLI spec: ``policy:<name>`` (``PolicyChatModel``) or an ``init_chat_model`` string."""
-    import os
-
-    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-    if spec.startswith("policy:"):
-        from langgraph_evolver.chat_model import PolicyChatModel
-
-        if not base_url:
-            raise ConfigError(f"{spec!r} needs --base-url (the policy endpoint, e.g. http://127.0.0.1:8000/v1).")
-        # no --api-key: PolicyChatModel sends $EVOLVER_POLICY_API_KEY, the policy server's key
-        return PolicyChatModel(base_url=base_url, model=spec.split(":", 1)[1], api_key=api_key, max_tokens=256)
-    extra: dict[str, Any] = {"base_url": base_url, "api_key": key} if base_url else {}
-    return init_model(spec, role="chat", accepted="Use 'schema'/'offline', 'policy:<name>' or a string such as "
-                      "'openai:gpt-4.1-mini'.", **extra)  # fmt: skip
 
 
 def run_setup(target: str) -> None:

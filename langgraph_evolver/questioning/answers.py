@@ -1,135 +1,14 @@
-"""What a correct episode of a synthesized read task must show, decided when the task is made.
+"""The answer check of synthesized read tasks: moved to ``langgraph_evolver.reference_scoring``.
 
-A task that only reads (its reference changes nothing) cannot be checked by the end state: every
-episode leaves the state as it found it. It is checked by its answer instead. When the reference
-is replayed (``filters.check_feasibility``), the values its last read returned that the question
-does not already name (``expected_values``) are stored in ``task.metadata["expected_values"]``; an
-explicit ``task.metadata["answer"]`` (a string or a list, by hand or from an LLM synthesizer) wins.
-Environments that score synthesized tasks by replay (``env_tools.replay.replay_score``) check the
-final answer for them, and the calls made (name and arguments, normalised) as partial credit.
-
-Example:
-    >>> from langgraph_evolver.types import ToolCall
-    >>> ref = [ToolCall(name="find_resident", arguments={"name": "Chen Li"})]
-    >>> expected_values("What is the home zone of Chen Li?", ref, ['{"name": "Chen Li", "zone": "Z4"}'])
-    ['Z4']
-    >>> calls_match_share(ref, [ToolCall(name="find_resident", arguments={"name": "chen li "})])
-    1.0
-    >>> calls_match_share(ref, [ToolCall(name="find_resident", arguments={"name": "Ana"})])
-    0.0
+Re-exported here, its old path, for code that imports it from questioning.
 """
 
-from __future__ import annotations
-
-import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
-from langgraph_evolver.types import Task, ToolCall
-
-from .results import leaves, read_result
+from langgraph_evolver.reference_scoring import (
+    EXPECTED_KEY,
+    calls_match_share,
+    expected_answer,
+    expected_values,
+    normalized_arguments,
+)
 
 __all__ = ["EXPECTED_KEY", "calls_match_share", "expected_answer", "expected_values", "normalized_arguments"]
-
-EXPECTED_KEY = "expected_values"
-"""``task.metadata`` key of the values a correct answer to a read task quotes (one is enough)."""
-_MAX_VALUES = 50
-_MAX_VALUE_CHARS = 200
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:/+-]*[A-Za-z0-9]|[0-9]")
-
-
-def _plain(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-def _leaves(value: Any) -> Iterator[str]:
-    """The numbers and non-blank strings of parsed data (``results.leaves``), as text."""
-    for leaf in leaves(value):
-        if isinstance(leaf, int | float):
-            yield str(leaf)
-        elif isinstance(leaf, str) and leaf.strip():
-            yield leaf.strip()
-
-
-def _text_values(text: str) -> Iterator[str]:
-    """Value-like words of a non-JSON observation: numbers, ids and names (a digit or a capital letter)."""
-    for word in _WORD.findall(text):
-        if any(c.isdigit() for c in word) or any(c.isupper() for c in word[1:]) or word[:1].isupper():
-            yield word
-
-
-def _values_of(observation: str) -> Iterator[str]:
-    """The values one result holds, read as MCP servers send it (``results.read_result``): the leaves of one JSON
-    document or several, each line of a list of lines whole ("old town", not "old" and "town"), and for prose
-    the records it names and its value-like words."""
-    parsed = read_result(observation)
-    if isinstance(parsed, str):  # prose naming no record, or a JSON-encoded string: its words
-        yield from _text_values(parsed)
-        return
-    yield from _leaves(parsed)
-
-
-def expected_values(query: str, reference: Sequence[ToolCall], observations: Sequence[str]) -> list[str]:
-    """The values the reference's reads returned that answer ``query``: from the last observation that has any
-    (the last read answers the question; earlier ones found the ids it needed), leaving out what the question
-    or the reference's arguments already name. Empty when the reads gave nothing to check an answer by."""
-    given = [_plain(query), *(_plain(str(v)) for c in reference for v in _leaves(c.arguments))]
-
-    def named(value: str) -> bool:
-        plain = _plain(value)
-        return any(plain == g or re.search(rf"(?<![\w-]){re.escape(plain)}(?![\w-])", g) for g in given)
-
-    for observation in reversed(observations):
-        values: list[str] = []
-        for value in _values_of(observation):
-            if len(value) > _MAX_VALUE_CHARS or value in values or named(value):
-                continue
-            values.append(value)
-            if len(values) == _MAX_VALUES:
-                break
-        if values:
-            return values
-    return []
-
-
-def expected_answer(task: Task) -> list[str] | None:
-    """What a correct final answer to ``task`` quotes (any one of them): ``metadata["answer"]``, else
-    ``metadata["expected_values"]``; ``None`` when the task carries neither."""
-    answer = task.metadata.get("answer")
-    if answer is not None and answer != "" and answer != []:
-        return [str(a) for a in answer] if isinstance(answer, list | tuple) else [str(answer)]
-    values = task.metadata.get(EXPECTED_KEY)
-    return [str(v) for v in values] if values else None
-
-
-def normalized_arguments(arguments: Any) -> str:
-    """Arguments as a comparable string: keys sorted, strings trimmed and case-folded, 2 == 2.0."""
-
-    def norm(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {str(k): norm(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [norm(v) for v in value]
-        if isinstance(value, bool) or value is None:
-            return value
-        if isinstance(value, int | float):
-            return float(value)
-        return _plain(str(value))
-
-    return json.dumps(norm(arguments), sort_keys=True)
-
-
-def calls_match_share(reference: Sequence[ToolCall], calls: Sequence[ToolCall]) -> float:
-    """The share of ``reference``'s calls the agent made with the same name and arguments (normalised); each
-    agent call counts once. 0.0 for an empty reference."""
-    if not reference:
-        return 0.0
-    made = [(c.name, normalized_arguments(c.arguments)) for c in calls]
-    matched = 0
-    for call in reference:
-        key = (call.name, normalized_arguments(call.arguments))
-        if key in made:
-            made.remove(key)
-            matched += 1
-    return matched / len(reference)

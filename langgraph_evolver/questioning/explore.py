@@ -30,12 +30,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
 from ..environment import Environment
 from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
-from .results import read_result
 
 __all__ = ["EXPLORE_QUERY", "SLOW_FAILURE_S", "aexplore", "exploration_task", "explore", "unsafe_tools"]
 
@@ -455,7 +455,7 @@ def explore(
     """Explore ``env`` from ``task``'s world with schema-driven random calls.
 
     Args:
-        env: an ``env_tools.base.Environment`` instance (reset here with ``task``).
+        env: a ``langgraph_evolver.environment.Environment`` instance (reset here with ``task``).
         task: the task whose world to explore, usually ``exploration_task(seed_task)``.
         n_breadth: calls of the breadth phase (diverse tools).
         n_depth: calls of the depth phase (conditioned on recent observations).

@@ -10,7 +10,7 @@ only the last ``recent`` exchanges, so a long exploration never outgrows the con
 without a tool call gets a nudge and counts against the budget, so a model that will not call
 tools cannot loop forever.
 
-``aexplore_with_model`` runs the graph like a rollout (``dropin.arun_episode``): the environment
+``aexplore_with_model`` runs the graph like a rollout (``episode.arun_episode``): the environment
 is reset with the exploration task, the tools act on it, and the exploring model's calls are
 recorded as steps (with token ids and logprobs when the model is a ``PolicyChatModel``), node
 ``explore_breadth`` / ``explore_depth`` telling the phase. The result feeds ``synthesize`` or

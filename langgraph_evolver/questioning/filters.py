@@ -21,17 +21,21 @@ filter removed and why.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph_evolver.reference_scoring import (  # the core's: env_tools scores by replay with them too
+    EXPECTED_KEY,
+    expected_answer,
+    expected_values,
+    state_fingerprint,
+)
 from langgraph_evolver.types import Action, Task
 
-from ..environment import Environment, TaskEnvironmentFactory
-from .answers import EXPECTED_KEY, expected_answer, expected_values
+from ..environment import TaskEnvironmentFactory
 from .profile import tool_kind
 
 __all__ = [
@@ -44,9 +48,6 @@ __all__ = [
     "state_fingerprint",
 ]
 
-AUDIT_FIELDS = frozenset({"viewed"})
-"""Top-level state fields that log what was looked at (the sandbox's ``World.viewed``), not state:
-``state_fingerprint`` leaves them out, so a task that only reads does not count as changing state."""
 EnvFactory = TaskEnvironmentFactory
 """``env_factory(task) -> Environment``: a fresh instance for the task (not yet reset)."""
 _EMPTY = {"", "[]", "{}", "null", "none", '""'}
@@ -135,7 +136,7 @@ class DuplicateIndex:
         import numpy as np
 
         if self._embeddings is None:
-            from langgraph_evolver.experience import default_embeddings
+            from langgraph_evolver.embeddings import default_embeddings
 
             self._embeddings = default_embeddings()
         vectors = np.asarray(self._embeddings.embed_documents(list(texts)), dtype=np.float32)
@@ -186,38 +187,6 @@ def drop_duplicates(tasks: Sequence[Task], index: DuplicateIndex) -> tuple[list[
         index.add([task.query], "kept", vector[None, :])
         kept.append(task)
     return kept, reasons
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return sorted(([repr(k), _plain(v)] for k, v in value.items()), key=lambda kv: kv[0])
-    if isinstance(value, set | frozenset):
-        return sorted(repr(_plain(v)) for v in value)
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return repr(value)
-
-
-def state_fingerprint(env: Environment) -> str:
-    """A comparable snapshot of an environment's state, by value: its ``state_snapshot()`` when it has one
-    (an environment whose state lives elsewhere, e.g. an MCP server), else its ``world`` or ``state``.
-
-    Audit logs of reads (``AUDIT_FIELDS``) are left out: looking at a record does not change it.
-    """
-    snapshot = getattr(env, "state_snapshot", None)
-    if callable(snapshot):
-        return json.dumps(_plain(snapshot()), sort_keys=True, default=repr)
-    state = getattr(env, "world", None)
-    if state is None:
-        state = getattr(env, "state", None)
-    if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        fields = [f.name for f in dataclasses.fields(state) if f.name not in AUDIT_FIELDS]
-        state = {name: getattr(state, name) for name in fields}
-    return json.dumps(_plain(state), sort_keys=True, default=repr)
 
 
 def check_feasibility(

@@ -28,11 +28,11 @@ import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from langgraph_evolver._llm import (
-    UNSET,
     CallTally,
+    LLMKeywords,
     LLMRole,
     LLMSettings,
     VerdictTally,
@@ -43,8 +43,8 @@ from langgraph_evolver._llm import (
     run_sync,
     strip_think,
 )
-from langgraph_evolver.attribution.parsing import render_call, render_steps, trim
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.rendering import render_call, render_steps, trim
 from langgraph_evolver.types import Task, Trajectory
 
 from .prompts import DEFAULT_REFERENCE_PROMPT, DEFAULT_REFERENCE_RETRY_PROMPT, REFERENCE_PROMPT_FIELDS
@@ -158,21 +158,16 @@ class ReferenceAwareJudge(LLMRole):
         model: Any,
         *,
         settings: LLMSettings | None = None,
-        max_concurrency: int = UNSET,
-        max_retries: int = UNSET,
-        backoff_s: float = UNSET,
-        max_backoff_s: float = UNSET,
-        timeout_s: float | None = UNSET,
         max_observation_chars: int = 400,
         cache: bool | MutableMapping[str, Any] | str | Path | None = True,
         fallback_reward: float = 0.0,
         prompt: str = DEFAULT_REFERENCE_PROMPT,
         name: str | None = None,
+        **llm: Unpack[LLMKeywords],
     ) -> None:
         if not hasattr(model, "ainvoke"):
             raise ConfigError(f"ReferenceAwareJudge needs a LangChain chat model, got {type(model).__name__}.")
-        self._use_settings(settings, max_concurrency=max_concurrency, max_retries=max_retries, backoff_s=backoff_s,
-                           max_backoff_s=max_backoff_s, timeout_s=timeout_s)  # fmt: skip
+        self._use_settings(settings, **llm)
         if not 0.0 <= fallback_reward <= 1.0:
             raise ConfigError(f"fallback_reward must be in [0, 1], got {fallback_reward}.")
         check_template("prompt", prompt, REFERENCE_PROMPT_FIELDS)

@@ -176,7 +176,7 @@ def environment_profile(env: Environment, tools: Sequence[Mapping[str, Any]] | N
     """The environment's profile: declared when it has one, else derived from its tool schemas.
 
     Args:
-        env: an ``env_tools.base.Environment`` (anything with ``profile()`` works).
+        env: a ``langgraph_evolver.environment.Environment`` (anything with ``profile()`` works).
         tools: its tool schemas; needed when the environment declares no entities.
 
     Returns:

@@ -20,11 +20,11 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from langgraph_evolver.reference_scoring import normalized_arguments
+from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
-from .answers import normalized_arguments
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
-from .results import read_result
 from .wording import describe_with_descriptions, record_names
 
 __all__ = ["SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]

@@ -19,11 +19,11 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from langgraph_evolver._llm import (
-    UNSET,
     CallTally,
+    LLMKeywords,
     LLMRole,
     LLMSettings,
     check_template,
@@ -31,8 +31,8 @@ from langgraph_evolver._llm import (
     model_id,
     run_sync,
 )
-from langgraph_evolver.attribution.parsing import render_call, trim
 from langgraph_evolver.errors import ConfigError
+from langgraph_evolver.rendering import render_call, trim
 from langgraph_evolver.types import Task, ToolCall, Trajectory
 
 from .prompts import DEFAULT_SYNTHESIS_PROMPT, DEFAULT_SYNTHESIS_RETRY_PROMPT, SYNTHESIS_PROMPT_FIELDS
@@ -143,20 +143,15 @@ class LLMSynthesizer(LLMRole):
         max_calls_shown: int = 20,
         max_observation_chars: int = 300,
         settings: LLMSettings | None = None,
-        max_concurrency: int = UNSET,
-        max_retries: int = UNSET,
-        backoff_s: float = UNSET,
-        max_backoff_s: float = UNSET,
-        timeout_s: float | None = UNSET,
         prompt: str = DEFAULT_SYNTHESIS_PROMPT,
+        **llm: Unpack[LLMKeywords],
     ) -> None:
         if not hasattr(model, "ainvoke"):
             raise ConfigError(f"LLMSynthesizer needs a LangChain chat model, got {type(model).__name__}.")
         if n_tasks < 1 or not 1 <= min_ops <= max_ops:
             raise ConfigError(f"need n_tasks >= 1 and 1 <= min_ops <= max_ops; got {n_tasks}, {min_ops}, {max_ops}.")
         check_template("prompt", prompt, SYNTHESIS_PROMPT_FIELDS)
-        self._use_settings(settings, max_concurrency=max_concurrency, max_retries=max_retries, backoff_s=backoff_s,
-                           max_backoff_s=max_backoff_s, timeout_s=timeout_s)  # fmt: skip
+        self._use_settings(settings, **llm)
         self.model = model
         self.n_tasks, self.min_ops, self.max_ops, self.max_entities = n_tasks, min_ops, max_ops, max_entities
         self.max_calls_shown, self.max_observation_chars = max_calls_shown, max_observation_chars

@@ -29,10 +29,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
-from .results import read_result
 
 __all__ = ["clause", "describe_with_descriptions", "record_names"]
 

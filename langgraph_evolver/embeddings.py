@@ -1,4 +1,8 @@
-"""Sentence-transformers embeddings as a LangChain ``Embeddings``, and the offline default (packaged MiniLM)."""
+"""Sentence-transformers embeddings as a LangChain ``Embeddings``, and the offline default (packaged MiniLM).
+
+In the core (``langgraph_evolver.experience`` re-exports these names): the experience pool embeds with
+them, and so does self-questioning's duplicate filter.
+"""
 
 from __future__ import annotations
 
