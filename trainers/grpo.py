@@ -502,6 +502,11 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
             cfg.num_train_epochs = cfg.num_train_epochs / epochs  # the epochs are already in the dataset
     if not train_tasks:
         raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
+    from .pools import check_grpo_tasks  # an overlap of a pool with the held-out tasks or the warm start: refused
+
+    held_out = eval_tasks if script_args.eval_before or script_args.eval_after else []
+    if warning := check_grpo_tasks(cfg.task_split, train_tasks, script_args.eval_split, held_out, cfg.init_adapter):
+        logger.warning(warning)
     if not cfg.env_url and state.is_main_process:  # a server that cannot start: one error before any rollout
         from .evaluate import preflight
 
