@@ -79,6 +79,8 @@ class ScriptArguments:
     eval_limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N held-out tasks."})
     eval_before: bool = field(default=True, metadata={"help": "Evaluate the starting policy before training."})
     eval_after: bool = field(default=True, metadata={"help": "Evaluate the trained policy after training."})
+    eval_seed: int | None = field(default=0, metadata={"help": "Common sampling seed of both evaluations, paired "
+                                  "per (task, sample) (trainers.paired); null: unseeded."})  # fmt: skip
 
 
 def make_parser() -> Any:
@@ -339,14 +341,15 @@ def evaluation_rollouts(tasks: list[Task], *, base_url: str, model: str, k: int,
 
 
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path,
-              loop: asyncio.AbstractEventLoop) -> dict[str, Any]:  # fmt: skip
+              loop: asyncio.AbstractEventLoop, seed: int | None = None) -> dict[str, Any]:  # fmt: skip
     from langgraph_evolver.errors import PolicyEndpointError
 
     from .evaluate import summarize, task_means, too_many_failures, write_evaluation
 
     started = time.perf_counter()
-    trajectories = loop.run_until_complete(evaluation_rollouts(tasks, base_url=base_url, model=model, k=k, cfg=cfg))
-    summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
+    rollouts = evaluation_rollouts(tasks, base_url=base_url, model=model, k=k, cfg=cfg, seed=seed)
+    trajectories = loop.run_until_complete(rollouts)
+    summary = {"model": model, "tasks": len(tasks), "k": k, "seed": seed, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1),
                "task_avg": {tid: round(v, 4) for tid, v in task_means(trajectories).items()}}  # fmt: skip
     write_evaluation(out, trajectories, summary)
@@ -574,7 +577,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                 start = load_adapter(base_url, cfg.init_adapter, f"{base_model}-init-adapter")
             try:
                 evals["before"] = _evaluate(eval_tasks, base_url=base_url, model=start, k=k, cfg=cfg,
-                                            out=out / "eval_before", loop=loop)  # fmt: skip
+                                            out=out / "eval_before", loop=loop, seed=script_args.eval_seed)  # fmt: skip
             finally:
                 if start != base_model:
                     unload_adapter(base_url, start)
@@ -621,7 +624,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         if script_args.eval_after and state.is_main_process:
             print(f"evaluating the trained policy ({final_model}) …", file=sys.stderr)
             evals["after"] = _evaluate(eval_tasks, base_url=base_url, model=final_model, k=k, cfg=cfg,
-                                       out=out / "eval_after", loop=loop)  # fmt: skip
+                                       out=out / "eval_after", loop=loop, seed=script_args.eval_seed)  # fmt: skip
         state.wait_for_everyone()
         if state.is_main_process:
             for where in (out / "README.md", out / "final" / "README.md"):  # ours, over TRL's and PEFT's placeholders
@@ -674,6 +677,9 @@ def _gain_table(figures: dict[str, Any], tasks: int, k: int, *, split: str = "te
     for key in ("success", "well_formed"):
         b, a = figures[f"eval_before_{key}"], figures[f"eval_after_{key}"]
         lines.append(f"  {key.replace('_', '-')}: {b:.3f} -> {a:.3f} ({a - b:+.3f})")
+    if paired := figures.get("eval_paired"):
+        lines.append(f"  paired per (task, sample), seed {paired['seed']}: gain {paired['gain']:+.3f}, "
+                     f"{round(100 * paired['confidence'])}% lower bound {paired['lower_bound']:+.3f}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -693,6 +699,9 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
         figures["eval_delta_avg"] = round(figures["eval_after_avg"] - figures["eval_before_avg"], 4)
         figures["eval_delta_se"] = paired_gain(evals["before"]["task_avg"], evals["after"]["task_avg"])[1]
         figures["eval_delta_success"] = round(figures["eval_after_success"] - figures["eval_before_success"], 4)
+        from .paired import compare_dirs  # the gate's paired gain and 90% lower bound, per (task, sample)
+
+        figures["eval_paired"] = compare_dirs(out / "eval_before", out / "eval_after", require_seed=False)
         for level in sorted(key for key in evals["after"] if key.startswith("level")):
             if level in evals["before"]:
                 figures[f"eval_{level}_avg"] = [evals["before"][level][f"avg@{k}"], evals["after"][level][f"avg@{k}"]]
