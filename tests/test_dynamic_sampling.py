@@ -4,6 +4,7 @@ the informative share is logged and plotted, and its memory survives a resume; p
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_the_filter_memory_round_trips_through_a_checkpoint(tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_a_tiny_grpo_run_refills_dead_groups_logs_the_share_and_resumes(tmp_path, capsys):
+def test_a_tiny_grpo_run_refills_dead_groups_logs_the_share_and_resumes(tmp_path, capsys, caplog):
     from trainers.grpo import cli
 
     out = tmp_path / "run"
@@ -79,7 +80,9 @@ def test_a_tiny_grpo_run_refills_dead_groups_logs_the_share_and_resumes(tmp_path
     assert paired["lower_bound"] <= paired["gain"] <= paired["upper_bound"]
     assert "paired per (task, sample), seed 0" in capsys.readouterr().err
 
-    figures = cli([*flags, "--max_steps", "3", "--resume_from_checkpoint", "true", "--eval_before", "false"])
+    with caplog.at_level(logging.INFO, logger="trainers.dynamic_sampling"):
+        figures = cli([*flags, "--max_steps", "3", "--resume_from_checkpoint", "true", "--eval_before", "false"])
+    assert "restored from checkpoint-2" in caplog.text
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     assert figures["steps"] == 3 and [r["step"] for r in rows] == [1, 2, 3]
     assert "informative_share" in rows[-1]

@@ -63,6 +63,7 @@ class DynamicSampler:
         self.dead: dict[str, int] = {}
         """Task id -> the last step its group had no variance (the online difficulty filter's memory)."""
         self.restored_from: str | None = None
+        self.started = False
 
     def _groups(self, trajectories: list[Trajectory]) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
@@ -179,9 +180,10 @@ def refill_step(trainer: Any, trajectories: list[Trajectory], inputs_per_rank: i
     """The trainer's hook: refill, log the figures; a group split across ranks cannot be judged on one, so
     such a layout only measures (``max_refill_rounds`` acts as 0)."""
     sampler: DynamicSampler = trainer.dynamic_sampler
-    if sampler.restored_from is None and step > 0:  # a resumed run: the memory of the checkpoint it resumed from
-        sampler.load(Path(trainer.args.output_dir) / f"checkpoint-{step}")
-        sampler.restored_from = sampler.restored_from or "none"
+    if not sampler.started:  # a run resumed at ``step``: the memory of the checkpoint it resumed from
+        sampler.started = True
+        if step > 0 and sampler.load(Path(trainer.args.output_dir) / f"checkpoint-{step}"):
+            logger.info("dynamic sampling: the memory of %d tasks restored from checkpoint-%d", len(sampler.dead), step)
     g = trainer.num_generations
     whole = inputs_per_rank % g == 0 and offset % g == 0
     rounds, sampler.max_refill_rounds = sampler.max_refill_rounds, sampler.max_refill_rounds if whole else 0
