@@ -508,7 +508,8 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
     from .pools import check_grpo_tasks  # an overlap of a pool with the held-out tasks or the warm start: refused
 
     held_out = eval_tasks if script_args.eval_before or script_args.eval_after else []
-    if warning := check_grpo_tasks(cfg.task_split, train_tasks, script_args.eval_split, held_out, cfg.init_adapter):
+    warm = cfg.init_adapter or model_args.model_name_or_path  # either may be a warm start with its record
+    if warning := check_grpo_tasks(cfg.task_split, train_tasks, script_args.eval_split, held_out, warm):
         logger.warning(warning)
     if not cfg.env_url and state.is_main_process:  # a server that cannot start: one error before any rollout
         from .evaluate import preflight
