@@ -101,3 +101,12 @@ def test_trainers_grpo_refuses_to_train_on_its_held_out_pool(tmp_path, capsys, m
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "the rl:40 (training) tasks and the rl:10 (held-out) tasks overlap" in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_auto_starts_fresh_without_a_checkpoint_and_resumes_with_one(tmp_path):
+    from trainers.grpo import resume_checkpoint
+
+    assert resume_checkpoint(tmp_path, "auto") is None
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    assert resume_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-3"

@@ -369,13 +369,15 @@ def _checkpoint_step(path: Path) -> int | None:
 def resume_checkpoint(output_dir: str | Path, value: Any, *, remove_incomplete: bool = False) -> Path | None:
     """The checkpoint ``resume_from_checkpoint`` names, or None to start from scratch.
 
-    ``true`` (``last``, ``latest``) is the newest *complete* ``checkpoint-N`` of ``output_dir``: a run killed
+    ``true`` (``last``, ``latest``) is the newest *complete* ``checkpoint-N`` of ``output_dir`` (``auto``: that, or None
+    without one, so one command starts a run and resumes it after a kill): a run killed
     while saving leaves one without ``trainer_state.json``, which TRL would pick and then fail on (those are
     removed when ``remove_incomplete``: their step is redone). A path must be a complete checkpoint.
     """
     if value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "none", "")):
         return None
-    if value is True or (isinstance(value, str) and value.lower() in ("true", "last", "latest")):
+    auto = isinstance(value, str) and value.lower() == "auto"  # the newest complete one if any, else a fresh start
+    if auto or value is True or (isinstance(value, str) and value.lower() in ("true", "last", "latest")):
         found = sorted(((int(p.name.split("-")[1]), p) for p in Path(output_dir).glob("checkpoint-*")
                         if p.is_dir() and p.name.split("-")[1].isdigit()), reverse=True)  # fmt: skip
         for _, path in found:
@@ -384,6 +386,8 @@ def resume_checkpoint(output_dir: str | Path, value: Any, *, remove_incomplete: 
             if remove_incomplete:
                 logger.warning("removing %s: a run stopped while saving it (no trainer_state.json)", path)
                 shutil.rmtree(path, ignore_errors=True)
+        if auto:
+            return None
         raise ConfigError(f"resume_from_checkpoint={value} but {output_dir} holds no complete checkpoint-N: start "
                           "without it, or pass the output_dir of the run to resume.")  # fmt: skip
     path = Path(value)
