@@ -48,7 +48,7 @@ class DynamicSampler:
     """Replaces a step's zero-variance groups with rollouts of fresh pool tasks (see the module docstring).
 
     Args:
-        tasks: The training pool (the dataset's distinct tasks).
+        tasks: The training pool (the dataset's rows: a task repeated by ``level_weights`` is drawn more often).
         max_refill_rounds: Rounds of replacement rollouts per step (0: only measure).
         seed: The run's seed; round r of step s draws with ``Random(f"{seed}:{s}:{r}")``.
         score: A trajectory's reward as the advantages see it (None: left out of its group).
@@ -56,7 +56,7 @@ class DynamicSampler:
 
     def __init__(self, tasks: list[Task], *, max_refill_rounds: int, seed: int,
                  score: Callable[[Trajectory], float | None]) -> None:  # fmt: skip
-        self.tasks = list({t.id: t for t in tasks}.values())
+        self.tasks = list(tasks)  # a task repeated by level_weights is drawn as often as the dataset has it
         self.max_refill_rounds = max_refill_rounds
         self.seed = seed
         self.score = score
@@ -92,7 +92,8 @@ class DynamicSampler:
             candidates = self._candidates(step, in_step)
             if not dead or not candidates:
                 break
-            picks = random.Random(f"{self.seed}:{step}:{r}").sample(candidates, min(len(dead), len(candidates)))
+            drawn_tasks = random.Random(f"{self.seed}:{step}:{r}").sample(candidates, len(candidates))
+            picks = list({t.id: t for t in drawn_tasks}.values())[: len(dead)]  # distinct tasks, in draw order
             items = [(task, f"step{step}/{task.id}#refill{r}", i)
                      for task, g in zip(picks, dead, strict=False) for i in range(len(groups[g]))]  # fmt: skip
             new = self._groups(fresh := run(items))

@@ -509,12 +509,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
             cfg.num_train_epochs = cfg.num_train_epochs / epochs  # the epochs are already in the dataset
     if not train_tasks:
         raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
-    from .pools import check_grpo_tasks  # an overlap of a pool with the held-out tasks or the warm start: refused
+    from .pools import check_run_tasks  # a pool overlapping the held-out tasks or the warm start: refused
 
-    held_out = eval_tasks if script_args.eval_before or script_args.eval_after else []
-    warm = cfg.init_adapter or model_args.model_name_or_path  # either may be a warm start with its record
-    if warning := check_grpo_tasks(cfg.task_split, train_tasks, script_args.eval_split, held_out, warm):
-        logger.warning(warning)
+    check_run_tasks(cfg, script_args, model_args, train_tasks, eval_tasks)
     if not cfg.env_url and state.is_main_process:  # a server that cannot start: one error before any rollout
         from .evaluate import preflight
 
@@ -682,7 +679,7 @@ def _gain_table(figures: dict[str, Any], tasks: int, k: int, *, split: str = "te
     for key in ("success", "well_formed"):
         b, a = figures[f"eval_before_{key}"], figures[f"eval_after_{key}"]
         lines.append(f"  {key.replace('_', '-')}: {b:.3f} -> {a:.3f} ({a - b:+.3f})")
-    if paired := figures.get("eval_paired"):
+    if "gain" in (paired := figures.get("eval_paired") or {}):
         lines.append(f"  paired per (task, sample), seed {paired['seed']}: gain {paired['gain']:+.3f}, "
                      f"{round(100 * paired['confidence'])}% lower bound {paired['lower_bound']:+.3f}")  # fmt: skip
     return "\n".join(lines)
@@ -704,9 +701,9 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
         figures["eval_delta_avg"] = round(figures["eval_after_avg"] - figures["eval_before_avg"], 4)
         figures["eval_delta_se"] = paired_gain(evals["before"]["task_avg"], evals["after"]["task_avg"])[1]
         figures["eval_delta_success"] = round(figures["eval_after_success"] - figures["eval_before_success"], 4)
-        from .paired import compare_dirs  # the gate's paired gain and 90% lower bound, per (task, sample)
+        from .paired import paired_figures  # the gate's paired gain and 90% lower bound, per (task, sample)
 
-        figures["eval_paired"] = compare_dirs(out / "eval_before", out / "eval_after", require_seed=False)
+        figures["eval_paired"] = paired_figures(out / "eval_before", out / "eval_after")
         for level in sorted(key for key in evals["after"] if key.startswith("level")):
             if level in evals["before"]:
                 figures[f"eval_{level}_avg"] = [evals["before"][level][f"avg@{k}"], evals["after"][level][f"avg@{k}"]]

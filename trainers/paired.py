@@ -21,7 +21,7 @@ from typing import Any
 
 from langgraph_evolver.errors import ConfigError
 
-__all__ = ["compare_dirs", "compare_samples", "load_samples"]
+__all__ = ["compare_dirs", "compare_samples", "load_samples", "paired_figures"]
 
 CONFIDENCE = 0.9
 
@@ -73,6 +73,14 @@ def compare_dirs(before_dir: str | Path, after_dir: str | Path, *, confidence: f
                           f"{seeds[1]}): rerun both with the same trainers.evaluate --seed S")  # fmt: skip
     k = max(i for _, i in before) + 1 if before else 0
     return {"seed": seeds[0], "k": k, **compare_samples(before, after, confidence=confidence)}
+
+
+def paired_figures(before_dir: str | Path, after_dir: str | Path) -> dict[str, Any]:
+    """``compare_dirs`` for a run's own report: what kept the pairing from being made instead of an error."""
+    try:
+        return compare_dirs(before_dir, after_dir, require_seed=False)
+    except ConfigError as e:
+        return {"error": str(e)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,15 @@ def check_grpo_tasks(train_split: str, train: list[Task], eval_split: str, held_
             raise
         return f"task_split={train_split} is the legacy split, not a disjoint pool: {e}"
     return None
+
+
+def check_run_tasks(cfg: Any, script_args: Any, model_args: Any, train: list[Task], eval_tasks: list[Task]) -> None:
+    """``check_grpo_tasks`` on a ``trainers.grpo`` run's settings: the held-out tasks when it evaluates, the warm
+    start's record in ``init_adapter`` or ``model_name_or_path``; a legacy-split overlap is logged."""
+    held_out = eval_tasks if script_args.eval_before or script_args.eval_after else []
+    warm = cfg.init_adapter or model_args.model_name_or_path
+    if warning := check_grpo_tasks(cfg.task_split, train, script_args.eval_split, held_out, warm):
+        logging.getLogger("trainers.grpo").warning(warning)
 
 
 def recipe_overlap(sft: list[Task], rl: list[Task], heldout: list[Task]) -> dict[str, int]:
