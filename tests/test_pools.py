@@ -10,6 +10,7 @@ import pytest
 from env_tools.sandbox import SandboxEnvironment, seed_tasks
 from env_tools.sandbox.pools import POOLS, pool_tasks, signature, split_tasks
 from langgraph_evolver.errors import ConfigError
+from tests.conftest import LORA
 from trainers.pools import (
     check_disjoint,
     check_grpo_tasks,
@@ -21,7 +22,8 @@ from trainers.pools import (
     record_supervised,
 )
 
-QUICKSTART = str(Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml")
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 
 
 def test_the_pools_share_no_id_and_no_signature_at_their_full_size():
@@ -110,3 +112,23 @@ def test_resume_auto_starts_fresh_without_a_checkpoint_and_resumes_with_one(tmp_
     (tmp_path / "checkpoint-3").mkdir()
     (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
     assert resume_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-3"
+
+
+def test_a_warm_start_records_its_sft_tasks_and_grpo_refuses_to_train_on_them(tmp_path, capsys, monkeypatch):
+    from trainers.grpo import cli
+    from trainers.warm_start import main as warm_start
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ws = tmp_path / "warm"
+    warm_start(["--model", str(ROOT / "checkpoints" / "tiny-policy"), "--out", str(ws), "--minutes", "0.01",
+                "--examples", "30", "--eval-tasks", "2", "--eval-every", "100", "--no-eval-at-start", "--threads", "1",
+                "--keep", "last"])  # fmt: skip
+    record = read_supervised(ws)
+    assert record["split"] == "sft:30" and set(record["ids"]) <= {t.id for t in pool_tasks("sft", 30)}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        cli(["--config", QUICKSTART, "--output_dir", str(tmp_path / "run"), *LORA, "--init_adapter", str(ws),
+             "--task_split", "sft:40", "--eval_split", "test:3"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "of the 40 sft:40 tasks were supervised by the warm start" in err, err
+    assert check_grpo_tasks("rl:40", pool_tasks("rl", 40), "test:3", split_tasks("test:3"), str(ws)) is None
