@@ -278,6 +278,14 @@ class EvolverGRPOConfig(GRPOConfig):
             "of the failed step is trained, saved, published or evaluated. 1.0 never stops."
         },  # fmt: skip
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace each step's groups without reward variance with fresh tasks of the training pool "
+            "before the step (DAPO's dynamic sampling; trainers/dynamic_sampling.py)."
+        },  # fmt: skip
+    )
+    max_refill_rounds: int = field(default=2, metadata={"help": "Refill rounds per step with dynamic_sampling."})
     merge_prefix_transitions: bool = field(
         default=True,
         metadata={
@@ -504,6 +512,8 @@ class EvolverGRPOConfig(GRPOConfig):
             problems.append("rollout_concurrency must be >= 1.")
         if self.malformed_call_penalty < 0:
             problems.append("malformed_call_penalty must be >= 0 (it is subtracted).")
+        if self.max_refill_rounds < 0:
+            problems.append("max_refill_rounds must be >= 0 (0 only measures the informative share).")
         if not 0.0 <= self.max_failed_rollout_share <= 1.0:
             problems.append("max_failed_rollout_share must be in [0, 1] (1.0 never stops a run for failed rollouts).")
         problems += self._loss_problems()

@@ -309,6 +309,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_tokens", type=int, default=128)
     p.add_argument("--max_turns", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--server_threads", type=int, default=None,
+                   help="torch threads of the local server (1 for paired figures: one float rounding)")  # fmt: skip
     p.add_argument("--output_dir", default="runs/evaluate")
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--verbose", action="store_true",
@@ -477,6 +479,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 resolve_model(args.model_path),
                 log_path=out / "policy_server.log",
                 allowed_weight_dirs=[out, *([args.adapter] if args.adapter else [])],
+                threads=args.server_threads,
             )
             out.mkdir(parents=True, exist_ok=True)
             print(f"starting the policy server on {args.model_path} …", file=sys.stderr)

@@ -79,6 +79,8 @@ class ScriptArguments:
     eval_limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N held-out tasks."})
     eval_before: bool = field(default=True, metadata={"help": "Evaluate the starting policy before training."})
     eval_after: bool = field(default=True, metadata={"help": "Evaluate the trained policy after training."})
+    eval_seed: int | None = field(default=0, metadata={"help": "Common sampling seed of both evaluations, paired "
+                                  "per (task, sample) (trainers.paired); null: unseeded."})  # fmt: skip
 
 
 def make_parser() -> Any:
@@ -339,14 +341,15 @@ def evaluation_rollouts(tasks: list[Task], *, base_url: str, model: str, k: int,
 
 
 def _evaluate(tasks: list[Task], *, base_url: str, model: str, k: int, cfg: Any, out: Path,
-              loop: asyncio.AbstractEventLoop) -> dict[str, Any]:  # fmt: skip
+              loop: asyncio.AbstractEventLoop, seed: int | None = None) -> dict[str, Any]:  # fmt: skip
     from langgraph_evolver.errors import PolicyEndpointError
 
     from .evaluate import summarize, task_means, too_many_failures, write_evaluation
 
     started = time.perf_counter()
-    trajectories = loop.run_until_complete(evaluation_rollouts(tasks, base_url=base_url, model=model, k=k, cfg=cfg))
-    summary = {"model": model, "tasks": len(tasks), "k": k, **summarize(trajectories, k),
+    rollouts = evaluation_rollouts(tasks, base_url=base_url, model=model, k=k, cfg=cfg, seed=seed)
+    trajectories = loop.run_until_complete(rollouts)
+    summary = {"model": model, "tasks": len(tasks), "k": k, "seed": seed, **summarize(trajectories, k),
                "wall_s": round(time.perf_counter() - started, 1),
                "task_avg": {tid: round(v, 4) for tid, v in task_means(trajectories).items()}}  # fmt: skip
     write_evaluation(out, trajectories, summary)
@@ -366,13 +369,15 @@ def _checkpoint_step(path: Path) -> int | None:
 def resume_checkpoint(output_dir: str | Path, value: Any, *, remove_incomplete: bool = False) -> Path | None:
     """The checkpoint ``resume_from_checkpoint`` names, or None to start from scratch.
 
-    ``true`` (``last``, ``latest``) is the newest *complete* ``checkpoint-N`` of ``output_dir``: a run killed
+    ``true`` (``last``, ``latest``) is the newest *complete* ``checkpoint-N`` of ``output_dir`` (``auto``: that, or None
+    without one, so one command starts a run and resumes it after a kill): a run killed
     while saving leaves one without ``trainer_state.json``, which TRL would pick and then fail on (those are
     removed when ``remove_incomplete``: their step is redone). A path must be a complete checkpoint.
     """
     if value is None or value is False or (isinstance(value, str) and value.lower() in ("false", "none", "")):
         return None
-    if value is True or (isinstance(value, str) and value.lower() in ("true", "last", "latest")):
+    auto = isinstance(value, str) and value.lower() == "auto"  # the newest complete one if any, else a fresh start
+    if auto or value is True or (isinstance(value, str) and value.lower() in ("true", "last", "latest")):
         found = sorted(((int(p.name.split("-")[1]), p) for p in Path(output_dir).glob("checkpoint-*")
                         if p.is_dir() and p.name.split("-")[1].isdigit()), reverse=True)  # fmt: skip
         for _, path in found:
@@ -381,6 +386,8 @@ def resume_checkpoint(output_dir: str | Path, value: Any, *, remove_incomplete: 
             if remove_incomplete:
                 logger.warning("removing %s: a run stopped while saving it (no trainer_state.json)", path)
                 shutil.rmtree(path, ignore_errors=True)
+        if auto:
+            return None
         raise ConfigError(f"resume_from_checkpoint={value} but {output_dir} holds no complete checkpoint-N: start "
                           "without it, or pass the output_dir of the run to resume.")  # fmt: skip
     path = Path(value)
@@ -502,6 +509,9 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
             cfg.num_train_epochs = cfg.num_train_epochs / epochs  # the epochs are already in the dataset
     if not train_tasks:
         raise ConfigError(f"Environment {cfg.env_id!r} has no tasks in split {cfg.task_split!r}.")
+    from .pools import check_run_tasks  # a pool overlapping the held-out tasks or the warm start: refused
+
+    check_run_tasks(cfg, script_args, model_args, train_tasks, eval_tasks)
     if not cfg.env_url and state.is_main_process:  # a server that cannot start: one error before any rollout
         from .evaluate import preflight
 
@@ -569,7 +579,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
                 start = load_adapter(base_url, cfg.init_adapter, f"{base_model}-init-adapter")
             try:
                 evals["before"] = _evaluate(eval_tasks, base_url=base_url, model=start, k=k, cfg=cfg,
-                                            out=out / "eval_before", loop=loop)  # fmt: skip
+                                            out=out / "eval_before", loop=loop, seed=script_args.eval_seed)  # fmt: skip
             finally:
                 if start != base_model:
                     unload_adapter(base_url, start)
@@ -616,7 +626,7 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         if script_args.eval_after and state.is_main_process:
             print(f"evaluating the trained policy ({final_model}) …", file=sys.stderr)
             evals["after"] = _evaluate(eval_tasks, base_url=base_url, model=final_model, k=k, cfg=cfg,
-                                       out=out / "eval_after", loop=loop)  # fmt: skip
+                                       out=out / "eval_after", loop=loop, seed=script_args.eval_seed)  # fmt: skip
         state.wait_for_everyone()
         if state.is_main_process:
             for where in (out / "README.md", out / "final" / "README.md"):  # ours, over TRL's and PEFT's placeholders
@@ -669,6 +679,9 @@ def _gain_table(figures: dict[str, Any], tasks: int, k: int, *, split: str = "te
     for key in ("success", "well_formed"):
         b, a = figures[f"eval_before_{key}"], figures[f"eval_after_{key}"]
         lines.append(f"  {key.replace('_', '-')}: {b:.3f} -> {a:.3f} ({a - b:+.3f})")
+    if "gain" in (paired := figures.get("eval_paired") or {}):
+        lines.append(f"  paired per (task, sample), seed {paired['seed']}: gain {paired['gain']:+.3f}, "
+                     f"{round(100 * paired['confidence'])}% lower bound {paired['lower_bound']:+.3f}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -688,6 +701,9 @@ def _report(out: Path, evals: dict[str, dict[str, Any]], k: int, trainer: Any, s
         figures["eval_delta_avg"] = round(figures["eval_after_avg"] - figures["eval_before_avg"], 4)
         figures["eval_delta_se"] = paired_gain(evals["before"]["task_avg"], evals["after"]["task_avg"])[1]
         figures["eval_delta_success"] = round(figures["eval_after_success"] - figures["eval_before_success"], 4)
+        from .paired import paired_figures  # the gate's paired gain and 90% lower bound, per (task, sample)
+
+        figures["eval_paired"] = paired_figures(out / "eval_before", out / "eval_after")
         for level in sorted(key for key in evals["after"] if key.startswith("level")):
             if level in evals["before"]:
                 figures[f"eval_{level}_avg"] = [evals["before"][level][f"avg@{k}"], evals["after"][level][f"avg@{k}"]]

@@ -64,6 +64,8 @@ from langgraph_evolver.tracing import RolloutTracer, annotate_rollouts, langsmit
 from langgraph_evolver.types import Task, Trajectory, write_jsonl
 
 from .config import EvolverGRPOConfig
+from .dynamic_sampling import attach as attach_dynamic_sampler
+from .dynamic_sampling import refill_step
 from .grpo_loss import AgentLossMixin
 from .grpo_records import RankSummary, RolloutScore, log_generation
 from .samples import (
@@ -155,6 +157,7 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
         # grpo/sapo/dr_grpo/luspo: exact with merged and padding rows through per-call weights (samples.py)
         self._sequence_weight = sequence_weight(args.loss_type, self.max_completion_length)
         self.last_trajectories: list[Trajectory] = []
+        self.dynamic_sampler = attach_dynamic_sampler(self, train_dataset)
         # One event loop for the whole run: rollouts and the judge keep their HTTP clients across steps, and so do
         # the other models of a user's graph (an async client is bound to the loop it was first used on; the
         # evaluations of trainers.grpo run on this loop too, when it passes it as event_loop).
@@ -324,6 +327,8 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
         offset = self.accelerator.process_index * len(inputs)  # where this rank's rollouts sit among every rank's
         started = time.perf_counter()
         trajectories = self._run_rollouts(self._rollout_items(inputs, step, offset))
+        if self.dynamic_sampler is not None:  # zero-variance groups replaced from the pool (dynamic_sampling.py)
+            trajectories = refill_step(self, trajectories, len(inputs), offset, step)
         rollout_s = time.perf_counter() - started
         self._stop_if_rollouts_failed(trajectories, step)
         self._stop_if_no_policy_call(trajectories, step)

@@ -35,10 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from env_tools.sandbox import SandboxEnvironment, generate_tasks
+from env_tools.sandbox import SandboxEnvironment
+from env_tools.sandbox.pools import split_tasks
 from langgraph_evolver.types import Task
 
-from .tiny import VALIDATION_START, _batches, apply_reply, encode_example, reference_conversation
+from .pools import check_disjoint, record_supervised, warm_start_chats
+from .tiny import _batches, apply_reply, encode_example, reference_conversation
 
 __all__ = ["batched_rollouts", "enable_checkpointing", "summarize_rollouts", "warm_start"]
 
@@ -149,8 +151,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     if args.gradient_checkpointing:
         enable_checkpointing(model, lora=not args.full)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tasks = [t for i, t in enumerate(generate_tasks("train", args.examples))
-             if t.metadata["level"] < 3 or (i // 15) % round(1 / args.l3_fraction) == 0]  # fmt: skip
+    tasks = warm_start_chats(split_tasks(f"sft:{args.examples}"), args.l3_fraction)  # the sft pool (trainers.pools)
     mistakes = random.Random(1)
     examples = [encode_example(tokenizer, *reference_conversation(t, rng=mistakes, mistake_rate=args.mistake_rate))
                 for t in tqdm(tasks, desc="encoding", mininterval=2)]  # fmt: skip
@@ -158,8 +159,9 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     lengths = sorted(len(x) for x, _ in examples)
     print(f"{base_name}: {trainable / 1e6:.2f}M trainable parameters ({'all' if args.full else 'LoRA'}); "
           f"{len(examples)} chats, tokens median {lengths[len(lengths) // 2]} max {lengths[-1]}")  # fmt: skip
-    start = VALIDATION_START if args.eval_split == "validation" else 0
-    eval_tasks = generate_tasks("train" if args.eval_split == "validation" else "test", args.eval_tasks, start=start)
+    eval_tasks = split_tasks(f"{args.eval_split}:{args.eval_tasks}")
+    check_disjoint({"sft": tasks, args.eval_split: eval_tasks})  # refuses an overlap before any training
+    record_supervised(out, tasks, split=f"sft:{args.examples}")  # trainers.grpo checks its tasks against it
     batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, random.Random(0))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0 if not args.full else 0.01)

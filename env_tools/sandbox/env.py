@@ -24,7 +24,6 @@ from langgraph_evolver.errors import EnvironmentFailure
 from langgraph_evolver.types import Action, Observation, StepResult, Task, ToolCall, ToolObservation
 
 from .apps import APPS, TOOLS, ToolError, tool_schema
-from .tasks import SPLIT_SIZES, generate_tasks
 from .world import World, diff_worlds
 
 __all__ = ["SYSTEM_PROMPT", "SandboxEnvironment", "check_arguments", "score_state"]
@@ -158,9 +157,14 @@ class SandboxEnvironment(Environment):
         self.world = None
 
     def list_tasks(self, split: str = "train") -> list[Task]:
-        if split not in SPLIT_SIZES:
-            raise EnvironmentFailure(f"Unknown split {split!r}; the sandbox has {sorted(SPLIT_SIZES)}")
-        return generate_tasks(split, SPLIT_SIZES[split])
+        """``train`` (the first 180 training-stream tasks), or a disjoint pool ``sft`` / ``rl`` / ``validation`` /
+        ``test``; ``NAME:N`` for N tasks (pools.py)."""
+        from .pools import split_tasks
+
+        try:
+            return split_tasks(split)
+        except ValueError as e:
+            raise EnvironmentFailure(str(e)) from None
 
     def profile(self) -> dict[str, Any]:
         from .profile import environment_profile

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The issue-42 recipe for SmolLM2-135M-Instruct, end to end (docs/real-model.md §5): a warm start on the
+# sft pool, a short validation sweep (learning rate, rollouts per task, LoRA rank), GRPO with dynamic sampling
+# on the rl pool for >= 100 steps on 2 seeds, and a paired, seeded evaluation (1 server thread) of the warm
+# start and of each committed GRPO adapter on the test pool (>= 75 tasks x 4), recorded in
+# benchmarks/results/real_model.json. Test is read once per final run, never by the sweep.
+#
+# Resumable: each stage skips when its output exists; a killed GRPO run resumes from its newest complete
+# checkpoint (resume_from_checkpoint: auto). Start it in the background and rerun the same line after a kill:
+#
+#   nohup bash benchmarks/real_model_runs.sh > runs/r42.log 2>&1 &
+#
+# Knobs (environment): R (runs folder), CONFIG (a trainers.grpo YAML: examples/smollm2_cpu.yaml, or
+# examples/smollm2_gpu.yaml on a GPU), STEPS, SWEEP_STEPS, SEEDS, EVAL_SEED, TEST_N, EXAMPLES, RL,
+# WARM_MINUTES, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PY:-python}
+R=${R:-runs/r42}
+CONFIG=${CONFIG:-examples/smollm2_cpu.yaml}
+STEPS=${STEPS:-100}
+SWEEP_STEPS=${SWEEP_STEPS:-20}
+SEEDS=${SEEDS:-"0 1"}
+EVAL_SEED=${EVAL_SEED:-42}
+TEST_N=${TEST_N:-75}
+EXAMPLES=${EXAMPLES:-3000}
+RL=${RL:-rl:600}
+WARM_MINUTES=${WARM_MINUTES:-35}
+mkdir -p "$R"
+say() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+# 1. warm start on the sft pool (records supervised_tasks.json beside the adapter)
+if [ ! -f "$R/warm/warm_start_summary.json" ]; then
+    say "warm start on sft:$EXAMPLES -> $R/warm"
+    $PY -m trainers.warm_start --model smollm2-135m-instruct --template compact --out "$R/warm" \
+        --minutes "$WARM_MINUTES" --eval-every 12 --eval-tasks 24 --lora-r 8 --lora-alpha 16 --lr 1e-3 \
+        --examples "$EXAMPLES"
+fi
+$PY -m trainers.pools recipe --examples "$EXAMPLES" --rl "${RL#rl:}" --test "$TEST_N"   # must print 0, 0
+
+# GRPO on the rl pool, dynamic sampling on; $1 = output dir, the rest = its own flags
+grpo() {
+    local out=$1
+    shift
+    if [ -f "$out/summary.json" ] && [ -f "$out/final/adapter_config.json" ]; then
+        return
+    fi
+    local cmd=("$PY" -m trainers.grpo --config "$CONFIG" --model_name_or_path "$R/warm" --task_split "$RL"
+        --dynamic_sampling true --max_refill_rounds 2 --save_steps 5 --save_total_limit 2
+        --resume_from_checkpoint auto --output_dir "$out" "$@")
+    mkdir -p "$out"
+    echo "${cmd[*]}" > "$out/command.txt"
+    say "${cmd[*]}"
+    "${cmd[@]}"
+}
+
+# 2. the validation sweep: one knob at a time around lr 1e-4, 8 rollouts per task, LoRA r 16
+sweep_point() {  # name lr generations rank
+    grpo "$R/sweep/$1" --seed 0 --max_steps "$SWEEP_STEPS" --learning_rate "$2" --num_generations "$3" \
+        --lora_r "$4" --lora_alpha $(($4 * 2)) --eval_split "validation:75" --eval_limit 75 --eval_k 4 \
+        --eval_seed "$EVAL_SEED"
+}
+sweep_point lr1e-4_g8_r16 1e-4 8 16
+sweep_point lr5e-5_g8_r16 5e-5 8 16
+sweep_point lr2e-4_g8_r16 2e-4 8 16
+sweep_point lr1e-4_g4_r16 1e-4 4 16
+sweep_point lr1e-4_g8_r8 1e-4 8 8
+# the point with the highest paired validation gain (ties: the first listed)
+read -r LR GENS RANK < <($PY - "$R/sweep" <<'EOF'
+import json, sys
+from pathlib import Path
+points = []
+for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
+    paired = json.loads((run / "summary.json").read_text())["eval_paired"]
+    lr, g, r = run.name.split("_")
+    points.append((paired["gain"], paired["lower_bound"], lr[2:], g[1:], r[1:], run.name))
+    print(f"sweep {run.name}: validation gain {paired['gain']:+.3f}, 90% lower bound {paired['lower_bound']:+.3f}",
+          file=sys.stderr)
+best = max(points, key=lambda p: (p[0], p[1]))
+(Path(sys.argv[1]) / "chosen.json").write_text(json.dumps({"run": best[5], "gain": best[0]}) + "\n")
+print(best[2], best[3], best[4])
+EOF
+)
+[ -n "${RANK:-}" ] || { say "no sweep point to choose from"; exit 1; }
+say "chosen on validation: lr $LR, $GENS rollouts per task, LoRA r $RANK"
+
+# 3. the final runs, no evaluation inside (the paired one below reads test once per run)
+for S in $SEEDS; do
+    grpo "$R/grpo-s$S" --seed "$S" --max_steps "$STEPS" --learning_rate "$LR" --num_generations "$GENS" \
+        --lora_r "$RANK" --lora_alpha $((RANK * 2)) --eval_before false --eval_after false
+done
+
+# 4. the warm start replaces the committed one; each final adapter is committed in bf16
+if ! cmp -s "$R/warm/adapter_model.safetensors" checkpoints/smollm2-warm/adapter_model.safetensors; then
+    say "replacing checkpoints/smollm2-warm with $R/warm"
+    rm -rf checkpoints/smollm2-warm && mkdir -p checkpoints/smollm2-warm
+    cp "$R/warm"/{adapter_config.json,adapter_model.safetensors,chat_template.jinja,supervised_tasks.json} \
+        "$R/warm"/warm_start* checkpoints/smollm2-warm/
+fi
+for S in $SEEDS; do
+    [ -f "checkpoints/smollm2-grpo-s$S/adapter_model.safetensors" ] && continue
+    $PY - "$R/grpo-s$S/final" "checkpoints/smollm2-grpo-s$S" <<'EOF'
+import shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+src, dst = map(Path, sys.argv[1:])
+dst.mkdir(parents=True, exist_ok=True)
+for f in src.iterdir():
+    if f.name == "adapter_model.safetensors":
+        save_file({k: v.bfloat16().contiguous() for k, v in load_file(f).items()}, dst / f.name)
+    elif f.is_file() and f.suffix in (".json", ".jinja", ".md"):
+        shutil.copy2(f, dst / f.name)
+EOF
+done
+
+# 5. paired, seeded evaluation on the test pool (1 server thread), and the record
+evaluate() {  # name [adapter]
+    local out="$R/eval/$1"
+    [ -f "$out/summary.json" ] && return
+    say "evaluating $1 on test:$TEST_N x 4, seed $EVAL_SEED"
+    $PY -m trainers.evaluate --config "$CONFIG" --model_path checkpoints/smollm2-warm ${2:+--adapter "$2"} \
+        --split "test:$TEST_N" --limit "$TEST_N" --k 4 --seed "$EVAL_SEED" --server_threads 1 --quiet \
+        --output_dir "$out"
+}
+evaluate warm
+for S in $SEEDS; do
+    evaluate "grpo-s$S" "checkpoints/smollm2-grpo-s$S"
+    $PY -m trainers.paired --before "$R/eval/warm" --after "$R/eval/grpo-s$S"
+    $PY -m benchmarks.real_model record --arm grpo --seed "$S" --run "$R/grpo-s$S" --before "$R/eval/warm" \
+        --after "$R/eval/grpo-s$S" --base checkpoints/smollm2-warm --adapter "checkpoints/smollm2-grpo-s$S" \
+        --rl "sandbox:$RL"
+done
+say "done: benchmarks/results/real_model.json"
