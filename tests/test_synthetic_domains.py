@@ -142,3 +142,32 @@ def test_compact_doc_shows_types_enums_optional_arguments_and_descriptions():
         " - Book a free slot; returns the booking.",
         "list_doctors()",
     ]
+
+
+def test_the_template_cost_benchmark_counts_both_templates_on_the_sandbox_and_a_real_mcp_server(capsys):
+    import sys
+    from pathlib import Path
+
+    from benchmarks.template_cost import main
+
+    clinic = Path(__file__).resolve().parent.parent / "examples" / "mcp_servers" / "clinic.py"
+    spec = f"mcp:{sys.executable} {clinic}"
+    result = main(["--tasks", "4", "--env", spec])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    for where in ("sandbox", spec):
+        figures = result[where]
+        assert figures["compact_doc"] > figures["compact"] > 20 and figures["extra_tokens"] > 0
+    assert result[spec]["tools"] == 5  # the clinic's five tools, as the agent gets them
+
+
+def test_leave_app_out_splits_the_test_tasks_by_the_apps_left_out():
+    from benchmarks.leave_app_out import split_by_apps
+    from env_tools.sandbox import generate_tasks
+    from env_tools.sandbox.apps import APPS
+
+    tasks = generate_tasks("test", 60)
+    unseen, seen = split_by_apps(tasks, ["calendar"])
+    assert unseen and seen and len(unseen) + len(seen) == len(tasks)
+    assert all("calendar" in t.metadata["apps"] or any(c.name in APPS["calendar"] for c in t.reference_solution)
+               for t in unseen)  # fmt: skip
+    assert not any("calendar" in t.metadata["apps"] for t in seen)
