@@ -171,3 +171,19 @@ def test_leave_app_out_splits_the_test_tasks_by_the_apps_left_out():
     assert all("calendar" in t.metadata["apps"] or any(c.name in APPS["calendar"] for c in t.reference_solution)
                for t in unseen)  # fmt: skip
     assert not any("calendar" in t.metadata["apps"] for t in seen)
+
+
+def test_compact_doc_shows_unions_optional_enums_and_typed_lists_as_mcp_servers_declare_them():
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from trainers.tool_templates import TEMPLATES
+
+    props = {"status": {"anyOf": [{"enum": ["created", "held"], "type": "string"}, {"type": "null"}]},
+             "value": {"anyOf": [{"type": "string"}, {"type": "number"}]},
+             "tags": {"type": "array", "items": {"type": "string"}}}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "f", "description": "F.",
+                                               "parameters": {"type": "object", "properties": props,
+                                                              "required": ["value"]}}}]  # fmt: skip
+    (text,), _ = render_jinja_template(conversations=[[{"role": "user", "content": "hi"}]], tools=tools,
+                                       chat_template=TEMPLATES["compact_doc"])  # fmt: skip
+    assert 'f(status?: "created"|"held", value: str|float, tags?: list[str]) - F.' in text
