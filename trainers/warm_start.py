@@ -22,6 +22,8 @@ Commands::
 
     python -m trainers.warm_start --model smollm2-135m-instruct --out checkpoints/smollm2-warm --minutes 60
     python -m trainers.warm_start --model <dir> --out runs/warm --full --lr 5e-5 --minutes 30
+    python -m trainers.warm_start --model smollm2-135m-instruct --template compact_doc --synthetic-share 0.5 \
+        --exclude-apps calendar --out runs/warm-transfer --minutes 60   # docs/transfer.md
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from env_tools.sandbox.pools import split_tasks
 from langgraph_evolver.types import Task
 
 from .pools import check_disjoint, record_supervised, warm_start_chats
-from .tiny import _batches, apply_reply, encode_example, reference_conversation
+from .synthetic_domains import supervised_chats, without_apps
+from .tiny import _batches, apply_reply, encode_example
 
 __all__ = ["batched_rollouts", "enable_checkpointing", "summarize_rollouts", "warm_start"]
 
@@ -151,17 +154,18 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     if args.gradient_checkpointing:
         enable_checkpointing(model, lora=not args.full)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tasks = warm_start_chats(split_tasks(f"sft:{args.examples}"), args.l3_fraction)  # the sft pool (trainers.pools)
-    mistakes = random.Random(1)
-    examples = [encode_example(tokenizer, *reference_conversation(t, rng=mistakes, mistake_rate=args.mistake_rate))
-                for t in tqdm(tasks, desc="encoding", mininterval=2)]  # fmt: skip
+    n_sandbox = round(args.examples * (1 - args.synthetic_share))  # the rest: generated domains
+    tasks = warm_start_chats(split_tasks(f"sft:{n_sandbox}"), args.l3_fraction)  # the sft pool (trainers.pools)
+    tasks = without_apps(tasks, args.exclude_apps)
+    chats = supervised_chats(args, tasks)
+    examples = [encode_example(tokenizer, *chat) for chat in tqdm(chats, desc="encoding", mininterval=2)]
     examples = [e for e in examples if len(e[0]) <= args.max_length]
     lengths = sorted(len(x) for x, _ in examples)
     print(f"{base_name}: {trainable / 1e6:.2f}M trainable parameters ({'all' if args.full else 'LoRA'}); "
           f"{len(examples)} chats, tokens median {lengths[len(lengths) // 2]} max {lengths[-1]}")  # fmt: skip
     eval_tasks = split_tasks(f"{args.eval_split}:{args.eval_tasks}")
     check_disjoint({"sft": tasks, args.eval_split: eval_tasks})  # refuses an overlap before any training
-    record_supervised(out, tasks, split=f"sft:{args.examples}")  # trainers.grpo checks its tasks against it
+    record_supervised(out, tasks, split=f"sft:{n_sandbox}")  # trainers.grpo checks its tasks against it
     batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, random.Random(0))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0 if not args.full else 0.01)
@@ -226,7 +230,8 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         cfg_path.write_text(json.dumps(cfg, indent=2))
     summary = {"base_model": base_name, "mode": "full" if args.full else f"lora r{args.lora_r}",
                "trainable_params": trainable, "steps": step, "batch_size": args.batch_size, "lr": args.lr,
-               "chats": len(examples), "wall_min": round((time.perf_counter() - t0) / 60, 1),
+               "chats": len(examples), "synthetic_share": args.synthetic_share, "exclude_apps": args.exclude_apps,
+               "wall_min": round((time.perf_counter() - t0) / 60, 1),
                "chosen_step": best[1] if best else None,
                "chosen": next((h for h in history if best and h["step"] == best[1]), None),
                "start": history[0] if history and history[0]["step"] == 0 else None,
@@ -281,6 +286,19 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--examples", type=int, default=4000, help="training-split chats to encode")
     p.add_argument("--max-length", type=int, default=2048, help="drop longer chats")
+    p.add_argument(
+        "--synthetic-share",
+        type=float,
+        default=0.0,
+        help="share of chats from generated tool domains (trainers/synthetic_domains.py), rest sandbox",
+    )
+    p.add_argument(
+        "--exclude-apps",
+        type=lambda s: [a for a in s.split(",") if a],
+        default=[],
+        metavar="APP[,APP]",
+        help="no supervised chat uses these sandbox apps' tools (leave-one-app-out transfer)",
+    )
     p.add_argument("--mistake-rate", type=float, default=0.2, help="share of chats with a recovered mistake")
     p.add_argument("--l3-fraction", type=float, default=0.5, help="share of level-3 chats kept")
     p.add_argument("--eval-tasks", type=int, default=32)
