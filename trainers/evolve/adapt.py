@@ -44,7 +44,8 @@ SHARES = {"synthesize": 0.2, "split": 0.0, "rollouts": 0.05, "supervise": 0.2, "
 """Shares of ``--minutes``: exploring and GRPO are the long ones; the evaluations are sized by their tasks."""
 
 LORA = {"lora_r": 16, "lora_alpha": 32,
-        "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}  # fmt: skip
+        "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                "down_proj"]}  # fmt: skip
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -54,7 +55,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True, help="the environment: 'mcp:python server.py', a name or 'module:factory'")
     p.add_argument("--agent", default=None, help="your agent, 'module:object' (default: the reference agent)")
     p.add_argument("--heldout", default=None,
-                   help="your own tasks (JSONL of Task), evaluated before and after only (never trained on)")  # fmt: skip
+                   help="your own tasks (JSONL: docs/mcp.md's format or Task rows), evaluated before and "
+                   "after only (never trained on)")  # fmt: skip
     p.add_argument("--minutes", type=float, required=True, help=f"the time budget, split as {shares}")
     p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
     p.add_argument("--model_path", default="checkpoints/smollm2-warm",
@@ -161,6 +163,16 @@ def _tasks_file(path: Path) -> list[Any]:
     return list(read_jsonl(path, Task))
 
 
+def read_heldout(path: Path, env: str) -> list[Any]:
+    """A user's task file: the MCP tasks format (``env_tools.mcp.load_mcp_tasks``, every split) or ``Task`` rows."""
+    from env_tools.mcp import load_mcp_tasks
+
+    first = next((line for line in path.read_text().splitlines() if line.strip()), "")
+    if "reference_solution" in json.loads(first or "{}"):
+        return _tasks_file(path)
+    return [t for split in load_mcp_tasks(path, env=env).values() for t in split]
+
+
 def _write_tasks(path: Path, tasks: Sequence[Any]) -> None:
     path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
 
@@ -175,13 +187,15 @@ def _synthesize(run: Run, d: Path) -> dict[str, Any]:
     except EvolverError:
         raise
     except Exception as e:  # a server that dies mid-way surfaces as whatever its client raised
-        raise EvolverError(f"exploring {a.env} failed: {type(e).__name__}: {e}. Check that the environment starts "
-                           "on its own (`python -m trainers.evaluate --env ... --reference_policy`).") from e  # fmt: skip
+        raise EvolverError(f"exploring {a.env} failed: {type(e).__name__}: {e}. Check that the environment "
+                           "starts on its own (`python -m trainers.evaluate --env ... --reference_policy`)."
+                           ) from e  # fmt: skip
     if not tasks:
         raise EvolverError(f"self-questioning kept 0 verified tasks of {report.filters.candidates} candidates on "
                            f"{a.env} ({report.explorations} explorations): raise --max_explorations or --n_depth, "
-                           f"or give the tools descriptions and ids in their results "
-                           f"(filters: {report.filters.removed}).")  # fmt: skip
+                           f"or give the tools descriptions and ids in their results (filters: "
+                           f"{report.filters.removed}; tools never called without an error: "
+                           f"{[u['tool'] for u in report.unreached] or 'none'}).")  # fmt: skip
     _write_tasks(d / "tasks.jsonl", tasks)
     return {"tasks_synthesized": len(tasks), "explorations": report.explorations,
             "state_changing": report.state_changing, "filters": report.filters.removed}  # fmt: skip
@@ -192,9 +206,10 @@ def _split(run: Run, d: Path) -> dict[str, Any]:
 
     try:
         shares = tuple(float(x) for x in run.args.split.split(","))
-        assert len(shares) == 3 and all(s >= 0 for s in shares) and sum(shares) > 0
-    except (ValueError, AssertionError):
-        raise ConfigError(f"--split {run.args.split!r} must be three shares 'sft,rl,validation', e.g. 0.4,0.4,0.2") from None
+    except ValueError:
+        shares = ()
+    if len(shares) != 3 or any(s < 0 for s in shares) or sum(shares) <= 0:
+        raise ConfigError(f"--split {run.args.split!r} must be three shares 'sft,rl,validation', e.g. 0.4,0.4,0.2")
     tasks = _tasks_file(run.dir("synthesize") / "tasks.jsonl")
     parts = split_tasks(tasks, shares, seed=run.args.seed)  # type: ignore[arg-type]
     if not parts["rl"] or not parts["validation"]:
@@ -264,10 +279,11 @@ def _heldout(run: Run, d: Path, candidate: Path) -> dict[str, Any]:
     """The only place ``--heldout`` is opened."""
     path = Path(run.args.heldout)
     try:
-        tasks = _tasks_file(path)
+        tasks = read_heldout(path, run.args.env)
     except Exception as e:  # noqa: BLE001 - whatever the reader raised, said with the file's name
         raise ConfigError(f"--heldout {path} did not load ({type(e).__name__}: {e}): it must be a JSONL file of "
-                          "tasks, one Task.to_dict() object a line (id, query, reference_solution or a check).") from e  # fmt: skip
+                          "tasks, one a line: the MCP tasks format (id, instruction, reference, check or answer: "
+                          "docs/mcp.md) or Task objects (id, query, reference_solution).") from e  # fmt: skip
     if not tasks:
         raise ConfigError(f"--heldout {path} holds no tasks.")
     return {"tasks": len(tasks), **_evaluate_pair(run, tasks, candidate, d)}

@@ -23,6 +23,9 @@ __all__ = ["PARTS", "reference_chat", "signature", "split_tasks", "supervised_ex
 
 PARTS = ("sft", "rl", "validation")
 
+Example = tuple[list[int], list[int]]
+"""Token ids and their labels (-100 where no loss)."""
+
 
 def signature(task: Task) -> str:
     """What makes two synthesized tasks the same task: the query (case and spacing folded) and the calls."""
@@ -94,7 +97,7 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
                         env_factory: Callable[[Task], Any], *,
-                        max_length: int = 2048) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:  # fmt: skip
+                        max_length: int = 2048) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``, ``skipped``).
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
@@ -147,8 +150,9 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
-    model = get_peft_model(model, LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=0.0,
-                                             target_modules=lora["lora_target_modules"], task_type="CAUSAL_LM"))  # fmt: skip
+    config = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=0.0,
+                        target_modules=lora["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
+    model = get_peft_model(model, config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batches = _batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
     params = [p for p in model.parameters() if p.requires_grad]
