@@ -137,3 +137,18 @@ def test_zero_verified_tasks_says_what_to_raise(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "kept 0 verified tasks" in err and "raise --max_explorations" in err
+
+
+def test_promote_points_the_served_name_at_the_adapter_as_the_evolve_loop_does(tiny_policy_url, tmp_path):
+    from types import SimpleNamespace
+
+    import httpx
+
+    from trainers.evolve.adapt import _promote
+    from trainers.evolve.train import zero_adapter
+
+    adapter = zero_adapter({}, ROOT / "checkpoints" / "tiny-policy", tmp_path / "adapter")
+    args = SimpleNamespace(promote="my-agent", policy_base_url=tiny_policy_url, model_path="checkpoints/tiny-policy")
+    said = _promote(SimpleNamespace(args=args, out=tmp_path), adapter)
+    assert "'my-agent'" in said
+    assert "my-agent" in [m["id"] for m in httpx.get(f"{tiny_policy_url}/models", timeout=30).json()["data"]]
