@@ -88,7 +88,7 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
                                                          "lower_bound"))  # fmt: skip
     assert 0.0 <= line["heldout_before"] <= 1.0 and 0.0 <= line["heldout_after"] <= 1.0
     assert line["lower_bound"] <= line["paired_gain"] + 1e-9
-    assert line["heldout_tasks"] == 2 and isinstance(line["wall_s"], float)
+    assert line["heldout_tasks"] == 2 and isinstance(line["wall_s"], float) and line["phases_s"] > line["wall_s"]
     assert isinstance(line["tasks_synthesized"], int) and line["tasks_synthesized"] >= 3
     assert line["sft_examples"] >= 1 and line["grpo_steps"] == 1 and isinstance(line["promoted"], bool)
     assert sum(line["split"].values()) == line["tasks_synthesized"]

@@ -361,6 +361,7 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "gate_reason": gate["decision"]["reason"],
         "adapter": str(_candidate(run)),
         "wall_s": round(time.perf_counter() - run.started, 1),
+        "phases_s": round(sum(r.get("phase_s", 0.0) for r in results.values()), 1),
     }
 
 

@@ -33,6 +33,14 @@ def newest_adapter(train_dir: Path) -> tuple[Path, int | None] | None:
     return path, step
 
 
+def _steps_logged(train_dir: Path) -> int:
+    """Steps the child has finished (one ``metrics.jsonl`` line each): the parent's progress bar."""
+    try:
+        return sum(1 for line in (train_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
 def _store(rl_tasks: Path, out: Path) -> Path:
     """The rl part as a ``TaskStore`` (what ``trainers.grpo``'s ``task_store`` reads)."""
     from langgraph_evolver.questioning import TaskStore
@@ -47,6 +55,7 @@ def _store(rl_tasks: Path, out: Path) -> Path:
 def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
     """Train; returns ``{"adapter", "grpo_steps", ...}``. Resumes from ``d/train``'s checkpoints."""
     import yaml
+    from tqdm import tqdm
 
     from trainers.evolve.train import _die_with_parent
 
@@ -70,11 +79,13 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
         cmd += ["--resume_from_checkpoint", "true"]
     log = d / "train.log"
     print(f"adapt: grpo: up to {a.grpo_steps} steps{' (resuming)' if resumed else ''} (log {log})", file=sys.stderr)
-    with log.open("a") as handle:
+    with log.open("a") as handle, tqdm(total=a.grpo_steps, desc="adapt: grpo", unit="step",
+                                        disable=a.no_progress) as bar:  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + run.budget_s("grpo")
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
+            bar.update(_steps_logged(train_dir) - bar.n)
         if proc.poll() is None:  # out of time: finish the step, save it, stop
             proc.terminate()
             try:
