@@ -53,7 +53,7 @@ def test_the_split_keeps_one_signature_in_one_part():
 
 
 def _argv(out: Path, heldout: Path, *extra: str) -> list[str]:
-    return ["adapt", "--env", ROOMS, "--model_path", str(ROOT / "checkpoints" / "tiny-policy"), "--minutes", "3",
+    return ["adapt", "--env", ROOMS, "--model_path", str(ROOT / "checkpoints" / "tiny-policy"), "--minutes", "8",
             "--output_dir", str(out), "--heldout", str(heldout), "--tasks", "6", "--max_explorations", "2",
             "--n_depth", "8", "--k", "1", "--num_generations", "2", "--batch_size", "4", "--grpo_steps", "1",
             "--sft_steps", "2", "--max_turns", "3", "--no_progress", *extra]  # fmt: skip
