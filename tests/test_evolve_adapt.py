@@ -63,6 +63,7 @@ def _last_json(text: str) -> dict:
     return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
 
 
+@pytest.mark.slow
 def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, capsys):
     out, heldout = tmp_path / "adapt", tmp_path / "heldout.jsonl"
     heldout.write_text("this is not JSON: any phase that read it before the last one would fail\n")
@@ -152,3 +153,20 @@ def test_promote_points_the_served_name_at_the_adapter_as_the_evolve_loop_does(t
     said = _promote(SimpleNamespace(args=args, out=tmp_path), adapter)
     assert "'my-agent'" in said
     assert "my-agent" in [m["id"] for m in httpx.get(f"{tiny_policy_url}/models", timeout=30).json()["data"]]
+
+
+def test_a_killed_grpo_phase_continues_from_its_newest_complete_checkpoint(tmp_path):
+    from trainers.evolve.adapt_grpo import newest_adapter
+
+    train = tmp_path / "train"
+    assert newest_adapter(train) is None
+    for step, complete in ((1, True), (2, True), (3, False)):  # checkpoint-3: killed while saving
+        ckpt = train / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "adapter_config.json").write_text("{}")
+        if complete:
+            (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    assert newest_adapter(train) == (train / "checkpoint-2", 2)
+    (train / "final").mkdir()
+    (train / "final" / "adapter_config.json").write_text("{}")
+    assert newest_adapter(train) == (train / "final", None)  # every step ran
