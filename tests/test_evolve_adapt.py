@@ -170,3 +170,10 @@ def test_a_killed_grpo_phase_continues_from_its_newest_complete_checkpoint(tmp_p
     (train / "final").mkdir()
     (train / "final" / "adapter_config.json").write_text("{}")
     assert newest_adapter(train) == (train / "final", None)  # every step ran
+
+
+def test_the_help_says_how_the_budget_is_split(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["adapt", "--help"])
+    assert exit_.value.code == 0
+    assert "split as synthesize 20%, rollouts 5%, supervise 20%, grpo 40%" in " ".join(capsys.readouterr().out.split())

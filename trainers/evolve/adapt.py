@@ -49,7 +49,7 @@ LORA = {"lora_r": 16, "lora_alpha": 32,
 
 
 def make_parser() -> argparse.ArgumentParser:
-    shares = ", ".join(f"{k} {v:.0%}" for k, v in SHARES.items() if v)
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in SHARES.items() if v).replace("%", "%%")  # argparse formats help
     p = argparse.ArgumentParser(prog="python -m trainers.evolve adapt", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--env", required=True, help="the environment: 'mcp:python server.py', a name or 'module:factory'")
@@ -57,7 +57,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--heldout", default=None,
                    help="your own tasks (JSONL: docs/mcp.md's format or Task rows), evaluated before and "
                    "after only (never trained on)")  # fmt: skip
-    p.add_argument("--minutes", type=float, required=True, help=f"the time budget, split as {shares}")
+    p.add_argument("--minutes", type=float, required=True, help=f"the time budget, split as {shares}: supervise and grpo stop at theirs, the others "
+                   "are sized by --tasks, --max_explorations and --k")  # fmt: skip
     p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
     p.add_argument("--model_path", default="checkpoints/smollm2-warm",
                    help="the starting model: a checkpoint, an adapter directory or a trainers.models name")  # fmt: skip
