@@ -57,7 +57,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--heldout", default=None,
                    help="your own tasks (JSONL: docs/mcp.md's format or Task rows), evaluated before and "
                    "after only (never trained on)")  # fmt: skip
-    p.add_argument("--minutes", type=float, required=True, help=f"the time budget, split as {shares}: supervise and grpo stop at theirs, the others "
+    p.add_argument("--minutes", type=float, required=True,
+                   help=f"the time budget, split as {shares}: supervise and grpo stop at theirs, the others "
                    "are sized by --tasks, --max_explorations and --k")  # fmt: skip
     p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
     p.add_argument("--model_path", default="checkpoints/smollm2-warm",
