@@ -4,6 +4,7 @@
     python -m trainers.evolve status --output_dir runs/evolve           # lineage: each cycle, promoted or not
     python -m trainers.evolve rollback --output_dir runs/evolve         # back to the adapter served before
     python -m trainers.evolve consider --config examples/evolve.yaml --candidate DIR  # an adapter trained elsewhere
+    python -m trainers.evolve adapt --env "mcp:python server.py" --minutes 60 --output_dir runs/adapt  # a new env
 
 Every config key is also a flag (``--heldout_k 2``, ``--min_gain 0.02``); flags win over the YAML file.
 Exit codes: 0 when the cycles ran (whether or not they promoted), 1 when a cycle failed, 2 on a config error
@@ -23,7 +24,7 @@ from langgraph_evolver.errors import EvolverError
 
 from .config import add_config_flags, load_config
 
-COMMANDS = ("run", "status", "rollback", "consider")
+COMMANDS = ("run", "status", "rollback", "consider", "adapt")
 
 
 def make_parser(command: str) -> argparse.ArgumentParser:
@@ -113,6 +114,10 @@ def _run(args: argparse.Namespace, command: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
+    if command == "adapt":  # its own flags (docs/your-domain.md)
+        from .adapt import main as adapt_main
+
+        return adapt_main(argv)
     args = make_parser(command).parse_args(argv)
     try:
         if command == "status":

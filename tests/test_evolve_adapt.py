@@ -1,0 +1,179 @@
+"""``python -m trainers.evolve adapt`` (issue 43, item 3): one command from a new environment to an adapter.
+
+Real parts: a FastMCP server from ``examples/mcp_servers/`` over stdio, self-questioning on it, the committed
+tiny policy served by the CPU policy server, a LoRA trained on it, ``trainers.grpo`` as a child process, the
+evolve loop's paired gate. The budget is tiny (a few tasks, one GRPO step): what is checked is the plumbing,
+the JSON line, the resumability and that ``--heldout`` is read in the last phase only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from langgraph_evolver.types import Task, ToolCall
+from trainers.evolve.__main__ import main
+from trainers.evolve.adapt_data import PARTS, signature, split_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOMS = f"mcp:python {ROOT / 'examples' / 'mcp_servers' / 'rooms_plain.py'}"
+
+TRAINING_PHASES = ("synthesize", "split", "rollouts", "supervise", "grpo", "gate")
+"""Every phase before the held-out one: none of them may open the --heldout file."""
+
+HELDOUT = [  # written by hand for rooms_plain.py, in the MCP tasks format a user writes (docs/mcp.md)
+    {"id": "held-reserve", "instruction": "Reserve Cirrus at 10 for Ann.",
+     "reference": [{"name": "reserve", "arguments": {"room": "Cirrus", "hour": 10, "host": "Ann"}}],
+     "check": [{"name": "my_reservations", "arguments": {"host": "Ann"}}]},
+    {"id": "held-release", "instruction": "Mia no longer needs reservation R-1: give it back.",
+     "reference": [{"name": "release", "arguments": {"reservation_id": "R-1"}}],
+     "check": [{"name": "my_reservations", "arguments": {"host": "Mia"}}]},
+]  # fmt: skip
+
+
+def _task(tid: str, query: str, *calls: str) -> Task:
+    return Task(id=tid, query=query, reference_solution=tuple(ToolCall(name=c, arguments={"x": 1}) for c in calls))
+
+
+def test_the_split_keeps_one_signature_in_one_part():
+    tasks = [_task(f"t{i}", f"do thing {i}", "a", "b") for i in range(12)]
+    tasks += [_task("twin", "DO  thing 3", "a", "b"), _task("t0", "a repeated id", "c")]  # t3's twin; t0 again
+    parts = split_tasks(tasks, (0.4, 0.4, 0.2), seed=0)
+    where = {t.id: name for name in PARTS for t in parts[name]}
+    assert where["twin"] == where["t3"] and signature(tasks[3]) == signature(tasks[12])
+    ids = [t.id for name in PARTS for t in parts[name]]
+    assert len(ids) == len(set(ids)) == 13  # the repeated id kept once
+    sigs = {name: {signature(t) for t in parts[name]} for name in PARTS}
+    assert not sigs["sft"] & sigs["rl"] and not sigs["sft"] & sigs["validation"]
+    assert not sigs["rl"] & sigs["validation"]
+    assert all(parts[name] for name in PARTS)
+    assert split_tasks(tasks, (0.4, 0.4, 0.2), seed=0) == parts  # seeded
+
+
+def _argv(out: Path, heldout: Path, *extra: str) -> list[str]:
+    return ["adapt", "--env", ROOMS, "--model_path", str(ROOT / "checkpoints" / "tiny-policy"), "--minutes", "8",
+            "--output_dir", str(out), "--heldout", str(heldout), "--tasks", "6", "--max_explorations", "2",
+            "--n_depth", "8", "--k", "1", "--num_generations", "2", "--batch_size", "4", "--grpo_steps", "1",
+            "--sft_steps", "2", "--max_turns", "3", "--no_progress", *extra]  # fmt: skip
+
+
+def _last_json(text: str) -> dict:
+    return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.slow
+def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, capsys):
+    out, heldout = tmp_path / "adapt", tmp_path / "heldout.jsonl"
+    heldout.write_text("this is not JSON: any phase that read it before the last one would fail\n")
+    assert main(_argv(out, heldout, "--stop_after", "synthesize")) == 0
+    first = capsys.readouterr()
+    assert "stopped after synthesize" in first.err and not (out / "2-split").exists()
+    tasks_file = out / "1-synthesize" / "tasks.jsonl"
+    stamp = tasks_file.stat().st_mtime_ns
+
+    assert main(_argv(out, heldout)) == 2  # the unreadable file fails at the held-out phase, after the gate
+    err = capsys.readouterr().err
+    assert "synthesize: done before, skipped" in err and f"--heldout {heldout} did not load" in err
+    assert all((out / f"{i}-{p}" / "done.json").exists() for i, p in enumerate(TRAINING_PHASES, 1))
+    assert not (out / "7-heldout" / "done.json").exists() and tasks_file.stat().st_mtime_ns == stamp
+
+    heldout.write_text("".join(json.dumps(row) + "\n" for row in HELDOUT))
+    assert main(_argv(out, heldout)) == 0
+    captured = capsys.readouterr()
+    for phase in TRAINING_PHASES:
+        assert f"{phase}: done before, skipped" in captured.err
+    line = _last_json(captured.out)
+    assert all(isinstance(line[key], float) for key in ("heldout_before", "heldout_after", "paired_gain",
+                                                         "lower_bound"))  # fmt: skip
+    assert 0.0 <= line["heldout_before"] <= 1.0 and 0.0 <= line["heldout_after"] <= 1.0
+    assert line["lower_bound"] <= line["paired_gain"] + 1e-9
+    assert line["heldout_tasks"] == 2 and isinstance(line["wall_s"], float) and line["phases_s"] > line["wall_s"]
+    assert isinstance(line["tasks_synthesized"], int) and line["tasks_synthesized"] >= 3
+    assert line["sft_examples"] >= 1 and line["grpo_steps"] == 1 and isinstance(line["promoted"], bool)
+    assert sum(line["split"].values()) == line["tasks_synthesized"]
+    # the held-out tasks are in no training or selection input, and the GRPO child never saw them
+    trained = "".join((out / "2-split" / f"{p}.jsonl").read_text() for p in PARTS)
+    trained += "".join(f.read_text() for f in (out / "5-grpo" / "train" / "trajectories").glob("*.jsonl"))
+    assert not any(row["id"] in trained or row["instruction"] in trained for row in HELDOUT)
+    held = [json.loads(x) for x in (out / "7-heldout" / "after.jsonl").read_text().splitlines()]
+    assert {r["task"]["id"] for r in held} == {"held-reserve", "held-release"}
+
+
+def test_a_dead_server_is_one_clear_error(tmp_path, capsys):
+    dead = tmp_path / "dead.py"
+    dead.write_text("import sys\nsys.exit(3)\n")
+    heldout = tmp_path / "h.jsonl"
+    heldout.write_text("")
+    argv = _argv(tmp_path / "out", heldout)
+    argv[argv.index(ROOMS)] = f"mcp:python {dead}"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "exited with status 3" in err and "Traceback" not in err
+
+
+BAD_FLAGS = [(["--minutes", "0"], "--minutes must be above 0"),
+             (["--promote", "agent"], "--promote NAME needs --policy_base_url")]  # fmt: skip
+
+
+@pytest.mark.parametrize("flags, message", BAD_FLAGS)
+def test_bad_flags_are_refused_before_any_work(tmp_path, capsys, flags, message):
+    heldout = tmp_path / "h.jsonl"
+    heldout.write_text("")
+    assert main(_argv(tmp_path / "out", heldout, *flags)) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out" / "1-synthesize").exists()
+
+
+def test_zero_verified_tasks_says_what_to_raise(tmp_path, capsys):
+    server = tmp_path / "broken.py"
+    server.write_text('from mcp.server.fastmcp import FastMCP\nmcp = FastMCP("broken")\n\n\n@mcp.tool()\n'
+                      'def lookup(item_id: str) -> dict:\n    """Look an item up."""\n'
+                      '    raise ValueError("the catalogue is offline")\n\n\nmcp.run()\n')  # fmt: skip
+    heldout = tmp_path / "h.jsonl"
+    heldout.write_text("")
+    argv = _argv(tmp_path / "out", heldout)
+    argv[argv.index(ROOMS)] = f"mcp:python {server}"
+    argv[argv.index("--max_explorations") + 1] = "1"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "kept 0 verified tasks" in err and "raise --max_explorations" in err
+
+
+def test_promote_points_the_served_name_at_the_adapter_as_the_evolve_loop_does(tiny_policy_url, tmp_path):
+    from types import SimpleNamespace
+
+    import httpx
+
+    from trainers.evolve.adapt import _promote
+    from trainers.evolve.train import zero_adapter
+
+    adapter = zero_adapter({}, ROOT / "checkpoints" / "tiny-policy", tmp_path / "adapter")
+    args = SimpleNamespace(promote="my-agent", policy_base_url=tiny_policy_url, model_path="checkpoints/tiny-policy")
+    said = _promote(SimpleNamespace(args=args, out=tmp_path), adapter)
+    assert "'my-agent'" in said
+    assert "my-agent" in [m["id"] for m in httpx.get(f"{tiny_policy_url}/models", timeout=30).json()["data"]]
+
+
+def test_a_killed_grpo_phase_continues_from_its_newest_complete_checkpoint(tmp_path):
+    from trainers.evolve.adapt_grpo import newest_adapter
+
+    train = tmp_path / "train"
+    assert newest_adapter(train) is None
+    for step, complete in ((1, True), (2, True), (3, False)):  # checkpoint-3: killed while saving
+        ckpt = train / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "adapter_config.json").write_text("{}")
+        if complete:
+            (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    assert newest_adapter(train) == (train / "checkpoint-2", 2)
+    (train / "final").mkdir()
+    (train / "final" / "adapter_config.json").write_text("{}")
+    assert newest_adapter(train) == (train / "final", None)  # every step ran
+
+
+def test_the_help_says_how_the_budget_is_split(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["adapt", "--help"])
+    assert exit_.value.code == 0
+    assert "split as synthesize 20%, rollouts 5%, supervise 20%, grpo 40%" in " ".join(capsys.readouterr().out.split())

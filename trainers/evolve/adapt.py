@@ -1,0 +1,378 @@
+"""``python -m trainers.evolve adapt``: one command from a new environment to a better adapter.
+
+    python -m trainers.evolve adapt --env "mcp:python my_server.py" --minutes 60 --output_dir runs/adapt \\
+        [--agent my_pkg.agent:graph] [--heldout my_tasks.jsonl] [--model_path checkpoints/smollm2-warm]
+
+Phases, each writing its output and a ``done.json`` into ``output_dir/<n>-<phase>/`` (a rerun skips the done
+ones and resumes a partly done GRPO from its last checkpoint):
+
+1. ``synthesize``: self-questioning explores the environment and keeps verified tasks (their references replay);
+2. ``split``: the tasks cut into sft / rl / validation parts, disjoint by task and by (query, calls) signature;
+3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
+4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise;
+5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
+6. ``gate``: the evolve loop's paired gate (``gate.decide_paired``), candidate vs the starting model on the
+   validation part, same seeds;
+7. ``heldout`` (only with ``--heldout``): before and after on the user's tasks, paired and seeded. The file is
+   opened in this phase and nowhere else: never trained on, never used to choose anything.
+
+``--minutes`` is split across the phases by ``SHARES``; then one JSON line (``heldout_before``,
+``heldout_after``, ``paired_gain``, ``lower_bound``, ``tasks_synthesized``, ``sft_examples``, ``grpo_steps``,
+``wall_s``, ...). ``--promote NAME --policy_base_url URL`` points NAME at the adapter when the gate passed, as
+the evolve loop promotes (``ProductionEndpoint.serve``). docs/your-domain.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langgraph_evolver.errors import ConfigError, EvolverError
+
+from .adapt_grpo import grpo_phase
+
+__all__ = ["PHASES", "SHARES", "main", "make_parser"]
+
+PHASES = ("synthesize", "split", "rollouts", "supervise", "grpo", "gate", "heldout")
+SHARES = {"synthesize": 0.2, "split": 0.0, "rollouts": 0.05, "supervise": 0.2, "grpo": 0.4, "gate": 0.1,
+          "heldout": 0.05}  # fmt: skip
+"""Shares of ``--minutes``: exploring and GRPO are the long ones; the evaluations are sized by their tasks."""
+
+LORA = {"lora_r": 16, "lora_alpha": 32,
+        "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                "down_proj"]}  # fmt: skip
+
+
+def make_parser() -> argparse.ArgumentParser:
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in SHARES.items() if v).replace("%", "%%")  # argparse formats help
+    p = argparse.ArgumentParser(prog="python -m trainers.evolve adapt", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--env", required=True, help="the environment: 'mcp:python server.py', a name or 'module:factory'")
+    p.add_argument("--agent", default=None, help="your agent, 'module:object' (default: the reference agent)")
+    p.add_argument("--heldout", default=None,
+                   help="your own tasks (JSONL: docs/mcp.md's format or Task rows), evaluated before and "
+                   "after only (never trained on)")  # fmt: skip
+    p.add_argument("--minutes", type=float, required=True,
+                   help=f"the time budget, split as {shares}: supervise and grpo stop at theirs, the others "
+                   "are sized by --tasks, --max_explorations and --k")  # fmt: skip
+    p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
+    p.add_argument("--model_path", default="checkpoints/smollm2-warm",
+                   help="the starting model: a checkpoint, an adapter directory or a trainers.models name")  # fmt: skip
+    p.add_argument("--tasks", type=int, default=40, help="verified tasks to synthesize")
+    p.add_argument("--split", default="0.4,0.4,0.2", help="sft,rl,validation shares of the synthesized tasks")
+    p.add_argument("--max_explorations", type=int, default=None, help="self-questioning's exploration budget")
+    p.add_argument("--n_depth", type=int, default=17, help="depth-phase calls per exploration")
+    p.add_argument("--k", type=int, default=4, help="paired samples per task in the gate and the held-out evaluation")
+    p.add_argument("--seed", type=int, default=1234, help="the paired sampling seed (and the split's)")
+    p.add_argument("--num_generations", type=int, default=4, help="GRPO group size")
+    p.add_argument("--batch_size", type=int, default=8, help="GRPO rollouts per step")
+    p.add_argument("--grpo_steps", type=int, default=200, help="most GRPO steps (the time share stops it earlier)")
+    p.add_argument("--sft_steps", type=int, default=None, help="most supervised steps (default: its time share)")
+    p.add_argument("--max_turns", type=int, default=8)
+    p.add_argument("--max_completion_length", type=int, default=128)
+    p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
+    p.add_argument("--stop_after", choices=PHASES, default=None, help="stop once this phase is done (resume later)")
+    p.add_argument("--promote", default=None, help="served name to point at the adapter when the gate passes")
+    p.add_argument("--policy_base_url", default=None, help="the endpoint that serves --promote")
+    p.add_argument("--no_progress", action="store_true", help="hide the progress bars")
+    return p
+
+
+class Run:
+    """One adapt run's directory, budget and phase bookkeeping."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.output_dir)
+        self.started = time.perf_counter()
+        self.server: Any = None
+        self.names: dict[str, str] = {}
+
+    def budget_s(self, phase: str) -> float:
+        return self.args.minutes * 60 * SHARES[phase]
+
+    def dir(self, phase: str) -> Path:
+        return self.out / f"{PHASES.index(phase) + 1}-{phase}"
+
+    def phase(self, name: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+        """``fn(dir)`` unless the phase is done already (its ``done.json`` read back instead)."""
+        d = self.dir(name)
+        marker = d / "done.json"
+        if marker.exists():
+            print(f"adapt: {name}: done before, skipped ({marker})", file=sys.stderr)
+            return json.loads(marker.read_text())
+        d.mkdir(parents=True, exist_ok=True)
+        print(f"adapt: {name} (budget {self.budget_s(name) / 60:.1f} min) …", file=sys.stderr)
+        t0 = time.perf_counter()
+        result = {**fn(d), "phase_s": round(time.perf_counter() - t0, 1)}
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        tmp.rename(marker)
+        return result
+
+    def train_keys(self) -> dict[str, Any]:
+        """The keys rollouts share with training (``evaluation.grpo_config`` reads them)."""
+        a = self.args
+        return {"model_name_or_path": a.model_path, "env_id": a.env, "agent": a.agent, "max_turns": a.max_turns,
+                "max_completion_length": a.max_completion_length, "temperature": 1.0, "rollout_concurrency": 16,
+                "level_weights": "", "report_to": []}  # fmt: skip
+
+    def model(self, adapter: Path | None) -> str:
+        """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once)."""
+        from trainers.evaluate import _load_adapter
+        from trainers.models import resolve_model
+        from trainers.serving import PolicyServerProcess
+
+        from .endpoint import SERVER_THREADS
+
+        if self.server is None:
+            self.server = PolicyServerProcess(resolve_model(self.args.model_path), log_path=self.out / "server.log",
+                                              allowed_weight_dirs=[self.out], threads=SERVER_THREADS)  # fmt: skip
+            self.server.start()
+        if adapter is None:
+            return self.server.model_name
+        key = str(adapter.resolve())
+        if key not in self.names:
+            self.names[key] = _load_adapter(self.server.base_url, key)
+        return self.names[key]
+
+    def rollouts(self, tasks: list[Any], adapter: Path | None, *, k: int, seed: int | None) -> list[Any]:
+        import asyncio
+
+        from trainers.grpo import evaluation_rollouts
+
+        from .evaluation import grpo_config
+
+        cfg = grpo_config(self.train_keys(), self.out)
+        model = self.model(adapter)
+        return asyncio.run(evaluation_rollouts(tasks, base_url=self.server.base_url, model=model, k=k, cfg=cfg,
+                                               seed=seed))  # fmt: skip
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def _tasks_file(path: Path) -> list[Any]:
+    from langgraph_evolver.types import Task, read_jsonl
+
+    return list(read_jsonl(path, Task))
+
+
+def read_heldout(path: Path, env: str) -> list[Any]:
+    """A user's task file: the MCP tasks format (``env_tools.mcp.load_mcp_tasks``, every split) or ``Task`` rows."""
+    from env_tools.mcp import load_mcp_tasks
+
+    first = next((line for line in path.read_text().splitlines() if line.strip()), "")
+    if "reference_solution" in json.loads(first or "{}"):
+        return _tasks_file(path)
+    return [t for split in load_mcp_tasks(path, env=env).values() for t in split]
+
+
+def _write_tasks(path: Path, tasks: Sequence[Any]) -> None:
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+
+
+def _synthesize(run: Run, d: Path) -> dict[str, Any]:
+    from langgraph_evolver.questioning import synthesize_tasks
+
+    a = run.args
+    try:
+        tasks, report = synthesize_tasks(a.env, a.tasks, seed=a.seed, n_depth=a.n_depth,
+                                         max_explorations=a.max_explorations, progress=not a.no_progress)  # fmt: skip
+    except EvolverError:
+        raise
+    except Exception as e:  # a server that dies mid-way surfaces as whatever its client raised
+        raise EvolverError(f"exploring {a.env} failed: {type(e).__name__}: {e}. Check that the environment "
+                           "starts on its own (`python -m trainers.evaluate --env ... --reference_policy`)."
+                           ) from e  # fmt: skip
+    if not tasks:
+        raise EvolverError(f"self-questioning kept 0 verified tasks of {report.filters.candidates} candidates on "
+                           f"{a.env} ({report.explorations} explorations): raise --max_explorations or --n_depth, "
+                           f"or give the tools descriptions and ids in their results (filters: "
+                           f"{report.filters.removed}; tools never called without an error: "
+                           f"{[u['tool'] for u in report.unreached] or 'none'}).")  # fmt: skip
+    _write_tasks(d / "tasks.jsonl", tasks)
+    return {"tasks_synthesized": len(tasks), "explorations": report.explorations,
+            "state_changing": report.state_changing, "filters": report.filters.removed}  # fmt: skip
+
+
+def _split(run: Run, d: Path) -> dict[str, Any]:
+    from .adapt_data import PARTS, split_tasks
+
+    try:
+        shares = tuple(float(x) for x in run.args.split.split(","))
+    except ValueError:
+        shares = ()
+    if len(shares) != 3 or any(s < 0 for s in shares) or sum(shares) <= 0:
+        raise ConfigError(f"--split {run.args.split!r} must be three shares 'sft,rl,validation', e.g. 0.4,0.4,0.2")
+    tasks = _tasks_file(run.dir("synthesize") / "tasks.jsonl")
+    parts = split_tasks(tasks, shares, seed=run.args.seed)  # type: ignore[arg-type]
+    if not parts["rl"] or not parts["validation"]:
+        raise EvolverError(f"{len(tasks)} synthesized tasks are too few to split into sft / rl / validation parts: "
+                           "raise --tasks (and --max_explorations).")  # fmt: skip
+    for name in PARTS:
+        _write_tasks(d / f"{name}.jsonl", parts[name])
+    return {name: len(parts[name]) for name in PARTS}
+
+
+def _own_rollouts(run: Run, d: Path) -> dict[str, Any]:
+    from langgraph_evolver.types import write_jsonl
+
+    tasks = _tasks_file(run.dir("split") / "sft.jsonl")
+    trajectories = run.rollouts(tasks, None, k=1, seed=run.args.seed) if tasks else []
+    write_jsonl(d / "trajectories.jsonl", trajectories)
+    return {"rollouts": len(trajectories), "solved": sum((t.reward or 0.0) >= 1.0 for t in trajectories)}
+
+
+def _supervise(run: Run, d: Path) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from langgraph_evolver.environment import environment_factory
+    from langgraph_evolver.types import Trajectory, read_jsonl
+    from trainers.models import resolve_model
+
+    from .adapt_data import supervised_examples, train_lora
+
+    model_path = resolve_model(run.args.model_path)
+    tasks = _tasks_file(run.dir("split") / "sft.jsonl")
+    own = list(read_jsonl(run.dir("rollouts") / "trajectories.jsonl", Trajectory))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env))
+    if not examples:
+        raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
+                           "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
+    trained = train_lora(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
+                         max_steps=run.args.sft_steps, progress=not run.args.no_progress)  # fmt: skip
+    return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
+            "skipped": counts["skipped"], **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
+
+
+def _evaluate_pair(run: Run, tasks: list[Any], candidate: Path, d: Path) -> dict[str, Any]:
+    """The starting model and ``candidate`` on ``tasks``, k samples each, the same seeds; the gate's figures."""
+    from langgraph_evolver.types import write_jsonl
+    from trainers.evaluate import summarize
+
+    from .gate import decide_paired, sample_rewards
+
+    k, seed = run.args.k, run.args.seed
+    before = run.rollouts(tasks, None, k=k, seed=seed)
+    after = run.rollouts(tasks, candidate, k=k, seed=seed)
+    write_jsonl(d / "before.jsonl", before)
+    write_jsonl(d / "after.jsonl", after)
+    decision = decide_paired(sample_rewards(after), sample_rewards(before), min_gain=run.args.min_gain,
+                             seed=seed)  # fmt: skip
+    return {"before": summarize(before, k)["all"][f"avg@{k}"], "after": summarize(after, k)["all"][f"avg@{k}"],
+            "decision": decision.to_dict()}  # fmt: skip
+
+
+def _gate(run: Run, d: Path, candidate: Path) -> dict[str, Any]:
+    tasks = _tasks_file(run.dir("split") / "validation.jsonl")
+    return _evaluate_pair(run, tasks, candidate, d)
+
+
+def _heldout(run: Run, d: Path, candidate: Path) -> dict[str, Any]:
+    """The only place ``--heldout`` is opened."""
+    path = Path(run.args.heldout)
+    try:
+        tasks = read_heldout(path, run.args.env)
+    except Exception as e:  # noqa: BLE001 - whatever the reader raised, said with the file's name
+        raise ConfigError(f"--heldout {path} did not load ({type(e).__name__}: {e}): it must be a JSONL file of "
+                          "tasks, one a line: the MCP tasks format (id, instruction, reference, check or answer: "
+                          "docs/mcp.md) or Task objects (id, query, reference_solution).") from e  # fmt: skip
+    if not tasks:
+        raise ConfigError(f"--heldout {path} holds no tasks.")
+    return {"tasks": len(tasks), **_evaluate_pair(run, tasks, candidate, d)}
+
+
+def _promote(run: Run, adapter: Path) -> str:
+    """Point ``--promote`` at ``adapter`` on ``--policy_base_url``, as the evolve loop promotes."""
+    from types import SimpleNamespace
+
+    from .endpoint import ProductionEndpoint
+
+    cfg = SimpleNamespace(served_name=run.args.promote, policy_base_url=run.args.policy_base_url)
+    endpoint = ProductionEndpoint(cfg, Path(run.args.model_path), run.out)  # type: ignore[arg-type]
+    endpoint.start()
+    endpoint.serve(adapter)
+    return f"{run.args.policy_base_url} serves {adapter} as {run.args.promote!r}"
+
+
+def adapt(args: argparse.Namespace) -> dict[str, Any]:
+    if args.minutes <= 0:
+        raise ConfigError(f"--minutes must be above 0, got {args.minutes}")
+    if args.heldout and not Path(args.heldout).is_file():  # its name only: the file is read in the last phase
+        raise ConfigError(f"--heldout {args.heldout} does not exist.")
+    if args.promote and not args.policy_base_url:
+        raise ConfigError("--promote NAME needs --policy_base_url (the endpoint that serves NAME).")
+    run = Run(args)
+    run.out.mkdir(parents=True, exist_ok=True)
+    steps: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
+        ("synthesize", lambda d: _synthesize(run, d)),
+        ("split", lambda d: _split(run, d)),
+        ("rollouts", lambda d: _own_rollouts(run, d)),
+        ("supervise", lambda d: _supervise(run, d)),
+        ("grpo", lambda d: grpo_phase(run, d, LORA)),
+        ("gate", lambda d: _gate(run, d, _candidate(run))),
+    ]
+    if args.heldout:
+        steps.append(("heldout", lambda d: _heldout(run, d, _candidate(run))))
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for name, fn in steps:
+            results[name] = run.phase(name, fn)
+            if args.stop_after == name:
+                print(f"adapt: stopped after {name} (--stop_after); rerun without it to go on", file=sys.stderr)
+                return {"stopped_after": name}
+    finally:
+        run.stop()
+    line = _line(run, results)
+    if args.promote and line["promoted"]:
+        line["served"] = _promote(run, _candidate(run))
+    return line
+
+
+def _candidate(run: Run) -> Path:
+    return Path(json.loads((run.dir("grpo") / "done.json").read_text())["adapter"])
+
+
+def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    gate, held = results["gate"], results.get("heldout")
+    decision = (held or {}).get("decision") or {}
+    return {
+        "heldout_before": held["before"] if held else None,
+        "heldout_after": held["after"] if held else None,
+        "paired_gain": decision.get("paired_gain") if held else None,
+        "lower_bound": decision.get("lower_bound") if held else None,
+        "heldout_tasks": held["tasks"] if held else None,
+        "tasks_synthesized": results["synthesize"]["tasks_synthesized"],
+        "split": {k: results["split"][k] for k in ("sft", "rl", "validation")},
+        "sft_examples": results["supervise"]["sft_examples"],
+        "sft_from_own_rollouts": results["supervise"]["from_own_rollouts"],
+        "grpo_steps": results["grpo"]["grpo_steps"],
+        "validation_before": gate["before"],
+        "validation_after": gate["after"],
+        "validation_lower_bound": gate["decision"]["lower_bound"],
+        "promoted": gate["decision"]["promote"],
+        "gate_reason": gate["decision"]["reason"],
+        "adapter": str(_candidate(run)),
+        "wall_s": round(time.perf_counter() - run.started, 1),
+        "phases_s": round(sum(r.get("phase_s", 0.0) for r in results.values()), 1),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        line = adapt(args)
+    except EvolverError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(line))
+    return 0

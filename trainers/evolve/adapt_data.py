@@ -1,0 +1,181 @@
+"""The data of ``trainers.evolve adapt``: disjoint splits of the synthesized tasks, and supervised chats.
+
+``split_tasks`` cuts the synthesized tasks into sft / rl / validation parts that share no task id and no
+(query, reference calls) signature: two tasks worded alike with the same calls would let the gate score a
+task the model was supervised on. ``supervised_examples`` turns the sft part into token ids with labels on
+the assistant turns only: the model's own successful rollout of a task where it has one (its recorded
+prompt and completion ids, what it really said), the explorer's reference solution replayed in the
+environment otherwise (rendered with the model's chat template, as ``trainers.warm_start`` does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langgraph_evolver.types import Action, Task, ToolCall, Trajectory
+
+__all__ = ["PARTS", "reference_chat", "signature", "split_tasks", "supervised_examples", "train_lora"]
+
+PARTS = ("sft", "rl", "validation")
+
+Example = tuple[list[int], list[int]]
+"""Token ids and their labels (-100 where no loss)."""
+
+
+def signature(task: Task) -> str:
+    """What makes two synthesized tasks the same task: the query (case and spacing folded) and the calls."""
+    calls = [(c.name, c.arguments) for c in task.reference_solution or ()]
+    text = json.dumps([" ".join(task.query.lower().split()), calls], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, seed: int = 0) -> dict[str, list[Task]]:
+    """``tasks`` cut into ``PARTS`` by ``shares``, one signature (and one id) in one part only.
+
+    Tasks are grouped by signature, the groups shuffled with ``seed`` and dealt out whole; every part gets
+    at least one group when there are enough (validation first: a gate with no task decides nothing).
+    """
+    groups: dict[str, list[Task]] = {}
+    seen_ids: set[str] = set()
+    for task in tasks:
+        if task.id in seen_ids:
+            continue
+        seen_ids.add(task.id)
+        groups.setdefault(signature(task), []).append(task)
+    keys = sorted(groups)
+    random.Random(seed).shuffle(keys)
+    total = sum(shares)
+    want = [round(len(keys) * s / total) for s in shares]
+    for i in (2, 1, 0):  # at least one group per part where there are groups to give
+        if want[i] == 0 and len(keys) > sum(want):
+            want[i] = 1
+    while sum(want) > len(keys):
+        want[want.index(max(want))] -= 1
+    want[0] += len(keys) - sum(want)
+    parts: dict[str, list[Task]] = {}
+    start = 0
+    for name, count in zip(PARTS, want, strict=True):
+        parts[name] = [t for k in keys[start : start + count] for t in groups[k]]
+        start += count
+    return parts
+
+
+def _assistant_call(call_id: str, call: ToolCall) -> dict[str, Any]:
+    fn = {"name": call.name, "arguments": call.arguments}
+    return {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": fn}]}
+
+
+def reference_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The chat of ``task`` solved by its reference calls, replayed in ``env`` (real results), and its tools."""
+    obs = env.reset(task)
+    messages, tools = list(obs.messages), list(obs.tools)
+    for i, call in enumerate(task.reference_solution or ()):
+        call_id = f"call_{i}"
+        result = env.step(Action(tool_calls=(ToolCall(name=call.name, arguments=call.arguments, id=call_id),)))
+        messages.append(_assistant_call(call_id, call))
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result.observations[0].content})
+    messages.append({"role": "assistant", "content": task.metadata.get("answer") or "Done."})
+    return messages, tools
+
+
+def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
+    """One example per policy turn of a successful rollout: its prompt ids unlabeled, its completion labeled."""
+    out = []
+    for step in trajectory.steps:
+        tr = step.transition
+        if tr is None or not step.policy or not tr.completion_ids:
+            continue
+        out.append((list(tr.prompt_ids) + list(tr.completion_ids),
+                    [-100] * len(tr.prompt_ids) + list(tr.completion_ids)))  # fmt: skip
+    return out
+
+
+def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
+                        env_factory: Callable[[Task], Any], *,
+                        max_length: int = 2048) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
+    """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``, ``skipped``).
+
+    A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
+    its reference. A reference that no longer replays (the tool raised) is skipped, not taught.
+    """
+    from trainers.tiny import encode_example
+
+    solved: dict[str, Trajectory] = {}
+    for t in rollouts:
+        if (t.reward or 0.0) >= 1.0 and t.task.id not in solved:
+            solved[t.task.id] = t
+    examples: list[tuple[list[int], list[int]]] = []
+    counts = {"own": 0, "reference": 0, "skipped": 0}
+    for task in tasks:
+        own = _own_examples(solved[task.id]) if task.id in solved else []
+        if own:
+            examples += own
+            counts["own"] += 1
+            continue
+        try:
+            env = env_factory(task)
+            try:
+                messages, tools = reference_chat(env, task)
+            finally:
+                getattr(env, "close", lambda: None)()
+        except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
+            counts["skipped"] += 1
+            continue
+        examples.append(encode_example(tokenizer, messages, tools))
+        counts["reference"] += 1
+    return [e for e in examples if len(e[0]) <= max_length], counts
+
+
+def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], out: Path, *, seconds: float,
+               lora: dict[str, Any], lr: float = 1e-3, batch_size: int = 4, max_steps: int | None = None,
+               progress: bool = True) -> dict[str, Any]:  # fmt: skip
+    """A LoRA adapter of ``lora``'s shape trained on ``examples`` for ``seconds`` (or ``max_steps``), saved to ``out``.
+
+    The loop is ``trainers.warm_start``'s (AdamW, clipped gradients, loss on labeled tokens only) without its
+    sandbox validation: the gate on the synthesized validation part judges the result.
+    """
+    import time
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainers.tiny import _batches
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    config = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=0.0,
+                        target_modules=lora["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
+    model = get_peft_model(model, config)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batches = _batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    started, step, losses = time.perf_counter(), 0, []
+    bar = tqdm(total=max_steps, desc="adapt: supervise", unit="step", disable=not progress, mininterval=2)
+    model.train()
+    while time.perf_counter() - started < seconds and (max_steps is None or step < max_steps):
+        ids, labels, mask = next(batches)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        losses.append(loss.item())
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    bar.close()
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    tokenizer.save_pretrained(str(tmp))
+    tmp.rename(out)
+    recent = losses[-10:]
+    return {"steps": step, "loss": round(sum(recent) / len(recent), 4) if recent else None,
+            "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip

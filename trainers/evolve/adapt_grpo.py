@@ -1,0 +1,104 @@
+"""The GRPO phase of ``trainers.evolve adapt``: ``trainers.grpo`` from the supervised adapter on the rl part.
+
+A child process, as the evolve loop trains (``train.py``): its config is written beside it, it checkpoints
+every step, and a rerun after a kill resumes from the newest complete checkpoint. The phase's time share
+ends it with SIGTERM, which ``trainers.grpo`` answers by finishing the step, saving its checkpoint and
+stopping: the adapter is then ``final/`` when it ran all its steps, else that newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from langgraph_evolver.errors import EvolverError
+
+__all__ = ["grpo_phase", "newest_adapter"]
+
+
+def newest_adapter(train_dir: Path) -> tuple[Path, int | None] | None:
+    """``final/`` (all steps run), else the newest complete ``checkpoint-N``, with its step; None if neither."""
+    from trainers.grpo import _checkpoint_step
+
+    if (train_dir / "final" / "adapter_config.json").exists():
+        return train_dir / "final", None  # every step ran (its checkpoints may be pruned)
+    found = [(s, p) for p in train_dir.glob("checkpoint-*")
+             if (s := _checkpoint_step(p)) is not None and (p / "adapter_config.json").exists()]  # fmt: skip
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
+
+
+def _steps_logged(train_dir: Path) -> int:
+    """Steps the child has finished (one ``metrics.jsonl`` line each): the parent's progress bar."""
+    try:
+        return sum(1 for line in (train_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
+def _store(rl_tasks: Path, out: Path) -> Path:
+    """The rl part as a ``TaskStore`` (what ``trainers.grpo``'s ``task_store`` reads)."""
+    from langgraph_evolver.questioning import TaskStore
+    from langgraph_evolver.types import Task, read_jsonl
+
+    if not out.exists():
+        with TaskStore(out) as store:
+            store.add_many_counted(list(read_jsonl(rl_tasks, Task)))
+    return out
+
+
+def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
+    """Train; returns ``{"adapter", "grpo_steps", ...}``. Resumes from ``d/train``'s checkpoints."""
+    import yaml
+    from tqdm import tqdm
+
+    from trainers.evolve.train import _die_with_parent
+
+    a = run.args
+    train_dir = d / "train"
+    init = run.dir("supervise") / "adapter"
+    store = _store(run.dir("split") / "rl.jsonl", d / "rl.sqlite")
+    config = {**run.train_keys(), **lora, "output_dir": str(train_dir), "max_steps": a.grpo_steps,
+              "use_peft": True, "sync_mode": "lora", "init_adapter": str(init), "task_store": str(store),
+              "synthetic_ratio": 1.0, "num_generations": a.num_generations,
+              "per_device_train_batch_size": a.batch_size, "gradient_accumulation_steps": 1,
+              "learning_rate": 5e-4, "lr_scheduler_type": "constant", "beta": 0.0, "loss_type": "dapo",
+              "eval_before": False, "eval_after": False, "save_strategy": "steps", "save_steps": 1,
+              "save_total_limit": 2, "logging_steps": 1, "seed": a.seed}  # fmt: skip
+    config = {k: v for k, v in config.items() if v is not None}
+    path = d / "train_config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    cmd = [sys.executable, "-m", "trainers.grpo", "--config", str(path)]
+    resumed = newest_adapter(train_dir) is not None
+    if resumed:
+        cmd += ["--resume_from_checkpoint", "true"]
+    log = d / "train.log"
+    print(f"adapt: grpo: up to {a.grpo_steps} steps{' (resuming)' if resumed else ''} (log {log})", file=sys.stderr)
+    with log.open("a") as handle, tqdm(total=a.grpo_steps, desc="adapt: grpo", unit="step",
+                                        disable=a.no_progress) as bar:  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + run.budget_s("grpo")
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+            bar.update(_steps_logged(train_dir) - bar.n)
+        if proc.poll() is None:  # out of time: finish the step, save it, stop
+            proc.terminate()
+            try:
+                proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    found = newest_adapter(train_dir)
+    if found is None:
+        tail = log.read_text(errors="replace")[-1500:]
+        raise EvolverError(f"GRPO ended (code {proc.returncode}) before its first checkpoint: give it more "
+                           f"--minutes or a smaller --batch_size (log {log}); its last lines:\n{tail}")  # fmt: skip
+    adapter, steps = found
+    steps = a.grpo_steps if steps is None else steps
+    return {"adapter": str(adapter), "grpo_steps": steps, "exit_code": proc.returncode, "resumed": resumed,
+            "log": str(log)}  # fmt: skip
