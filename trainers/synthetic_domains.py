@@ -33,7 +33,9 @@ from typing import Any
 __all__ = [
     "Domain",
     "make_domain",
+    "sandbox_count",
     "supervised_chats",
+    "supervised_tasks",
     "synthetic_chat",
     "synthetic_chats",
     "synthetic_count",
@@ -516,12 +518,31 @@ def without_apps(tasks: list[Any], apps: list[str]) -> list[Any]:
     return kept
 
 
-def supervised_chats(args: Any, tasks: list[Any]) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+def sandbox_count(args: Any) -> int:
+    """How many chats of ``--examples`` come from the sandbox's ``sft`` pool (the rest: generated domains)."""
+    return round(args.examples * (1 - args.synthetic_share))
+
+
+def supervised_tasks(args: Any) -> list[Any]:
+    """The sandbox tasks the warm start supervises: the first ``sandbox_count`` of the ``sft`` pool, a share of
+    level 3 kept (``--l3-fraction``), less ``--exclude-apps``."""
+    from env_tools.sandbox.pools import split_tasks
+
+    from .pools import warm_start_chats
+
+    tasks = warm_start_chats(split_tasks(f"sft:{sandbox_count(args)}"), args.l3_fraction)
+    return without_apps(tasks, args.exclude_apps)
+
+
+def supervised_chats(
+    args: Any, tasks: list[Any] | None = None
+) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """The warm start's chats (``trainers.warm_start``'s options): the reference solutions of the sandbox ``tasks``
     it drew from its ``sft`` pool (a share of level 3, less ``--exclude-apps``), then ``--synthetic-share`` of
     generated ones."""
     from .tiny import reference_conversation
 
+    tasks = supervised_tasks(args) if tasks is None else tasks
     mistakes = random.Random(1)
     chats = [reference_conversation(t, rng=mistakes, mistake_rate=args.mistake_rate) for t in tasks]
     return chats + synthetic_chats(synthetic_count(len(tasks), args.synthetic_share), mistake_rate=args.mistake_rate)

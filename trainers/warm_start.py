@@ -41,8 +41,8 @@ from env_tools.sandbox import SandboxEnvironment
 from env_tools.sandbox.pools import split_tasks
 from langgraph_evolver.types import Task
 
-from .pools import check_disjoint, record_supervised, warm_start_chats
-from .synthetic_domains import supervised_chats, without_apps
+from .pools import check_disjoint, record_supervised
+from .synthetic_domains import sandbox_count, supervised_chats, supervised_tasks
 from .tiny import _batches, apply_reply, encode_example
 
 __all__ = ["batched_rollouts", "enable_checkpointing", "summarize_rollouts", "warm_start"]
@@ -154,9 +154,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     if args.gradient_checkpointing:
         enable_checkpointing(model, lora=not args.full)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    n_sandbox = round(args.examples * (1 - args.synthetic_share))  # the rest: generated domains
-    tasks = warm_start_chats(split_tasks(f"sft:{n_sandbox}"), args.l3_fraction)  # the sft pool (trainers.pools)
-    tasks = without_apps(tasks, args.exclude_apps)
+    tasks = supervised_tasks(args)  # the sft pool (trainers.pools), less --exclude-apps
     chats = supervised_chats(args, tasks)
     examples = [encode_example(tokenizer, *chat) for chat in tqdm(chats, desc="encoding", mininterval=2)]
     examples = [e for e in examples if len(e[0]) <= args.max_length]
@@ -165,7 +163,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
           f"{len(examples)} chats, tokens median {lengths[len(lengths) // 2]} max {lengths[-1]}")  # fmt: skip
     eval_tasks = split_tasks(f"{args.eval_split}:{args.eval_tasks}")
     check_disjoint({"sft": tasks, args.eval_split: eval_tasks})  # refuses an overlap before any training
-    record_supervised(out, tasks, split=f"sft:{n_sandbox}")  # trainers.grpo checks its tasks against it
+    record_supervised(out, tasks, split=f"sft:{sandbox_count(args)}")  # trainers.grpo checks its tasks against it
     batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, random.Random(0))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0 if not args.full else 0.01)
