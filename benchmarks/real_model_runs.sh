@@ -12,7 +12,7 @@
 #
 # Knobs (environment): R (runs folder), CONFIG (a trainers.grpo YAML: examples/smollm2_cpu.yaml, or
 # examples/smollm2_gpu.yaml on a GPU), STEPS, SWEEP_STEPS, SEEDS, EVAL_SEED, TEST_N, EXAMPLES, RL,
-# WARM_MINUTES, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
+# WARM_MINUTES, TEMPLATE, SYNTH, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,15 +27,17 @@ TEST_N=${TEST_N:-75}
 EXAMPLES=${EXAMPLES:-3000}
 RL=${RL:-rl:600}
 WARM_MINUTES=${WARM_MINUTES:-35}
+TEMPLATE=${TEMPLATE:-compact_doc}   # descriptions and argument types (docs/transfer.md): one warm start for issues 42 and 43
+SYNTH=${SYNTH:-0.5}                # share of chats from generated tool domains (trainers/synthetic_domains.py)
 mkdir -p "$R"
 say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 # 1. warm start on the sft pool (records supervised_tasks.json beside the adapter)
 if [ ! -f "$R/warm/warm_start_summary.json" ]; then
     say "warm start on sft:$EXAMPLES -> $R/warm"
-    $PY -m trainers.warm_start --model smollm2-135m-instruct --template compact --out "$R/warm" \
+    $PY -m trainers.warm_start --model smollm2-135m-instruct --template "$TEMPLATE" --out "$R/warm" \
         --minutes "$WARM_MINUTES" --eval-every 12 --eval-tasks 24 --lora-r 8 --lora-alpha 16 --lr 1e-3 \
-        --examples "$EXAMPLES"
+        --examples "$EXAMPLES" --synthetic-share "$SYNTH"
 fi
 $PY -m trainers.pools recipe --examples "$EXAMPLES" --rl "${RL#rl:}" --test "$TEST_N"   # must print 0, 0
 
