@@ -230,7 +230,7 @@ async def evaluate_endpoint(
 
     ``agent`` is any agent ``as_agent`` accepts (a ``build(model, tools)`` factory, a compiled graph
     with ``EvolverMiddleware``, a dotted path); default: our reference agent. ``env_factory`` builds
-    each rollout's environment (``env_tools.base.environment_factory(name)`` for the environment a
+    each rollout's environment (``langgraph_evolver.environment.environment_factory(name)`` for the environment a
     command names); ``env_url`` uses the HTTP service instead; neither: each task's ``env`` by name.
     ``seed`` pairs the evaluation with any other one given the same seed (``PolicyChatModel.sample_seed``:
     sample i of task t at turn j samples with the same seed); ``None`` sends no seed.

@@ -62,7 +62,7 @@ class AgentLossMixin:
         truncated importance weight min(pi_old / pi_behaviour, tis_cap) per token.
 
         Tokens of stripped transitions (self-navigating) keep the behaviour logprobs as old and weight 1: their
-        ratio is meant to measure the unguided policy against the guided behaviour (DESIGN.md).
+        ratio is meant to measure the unguided policy against the guided behaviour (docs/self-navigating.md).
         """
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)

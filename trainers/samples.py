@@ -87,7 +87,7 @@ class Sample:
     epsilon_high: list[float] = field(default_factory=list)
     keep_behaviour: list[int] = field(default_factory=list)
     """1 on tokens of transitions whose old logprobs stay the behaviour ones even under
-    ``importance_correction: tis`` (self-navigating stripped their prompt: DESIGN.md)."""
+    ``importance_correction: tis`` (self-navigating stripped their prompt: docs/self-navigating.md)."""
     transitions: int = 0
     model_versions: list[str] = field(default_factory=list)
     trajectory_id: str = ""

@@ -36,7 +36,7 @@ Quick look (a few minutes, worse model)::
 
     python -m trainers.tiny --out /tmp/tiny --minutes 3 --eval-tasks 30
 
-Why this module stays over 500 lines: the tokenizer, the model, the supervised examples (plain,
+Over 600 lines because the tokenizer, the model, the supervised examples (plain,
 guided, with mistakes) and the in-process rollouts that choose the checkpoint are one recipe for
 one committed artefact and change together.
 """
