@@ -412,7 +412,7 @@ def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[st
     (out / "summary.json").write_text(json.dumps(figures, indent=2))
 
 
-def _load_adapter(base_url: str, path: str) -> str:
+def serve_adapter(base_url: str, path: str) -> str:
     """Load the adapter at ``path`` into the endpoint under a fresh name; return the name."""
     import uuid
 
@@ -483,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             server.start()
             base_url, model = server.base_url, server.model_name
         if args.adapter:
-            model = _load_adapter(base_url, args.adapter)
+            model = serve_adapter(base_url, args.adapter)
     except EvolverError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
