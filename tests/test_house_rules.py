@@ -73,6 +73,26 @@ def private_imports_across_folders(root: Path = ROOT, folders: list[str] = CHECK
     return found
 
 
+def imports_of_the_command(root: Path = ROOT, folders: list[str] = CHECKED) -> list[str]:
+    """Modules that import ``trainers.grpo`` (the command) instead of the libraries beside it."""
+    found = []
+    for path in _sources(root, folders):
+        if path.relative_to(root) == Path("trainers/grpo.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                folder = _target_folder(path, node, root)
+                module = (node.module or "").rpartition(".")[2]
+                if folder == root / "trainers" and module == "grpo":
+                    names = ["trainers.grpo"]
+                elif folder == root / "trainers" and not node.module and any(a.name == "grpo" for a in node.names):
+                    names = ["trainers.grpo"]
+            if "trainers.grpo" in names:
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
 def readme_words(root: Path = ROOT) -> int:
     return len((root / "README.md").read_text().split())
 
@@ -87,6 +107,10 @@ def test_loss_type_is_compared_in_at_most_two_files():
 
 def test_no_private_name_is_imported_across_folders():
     assert private_imports_across_folders() == []
+
+
+def test_only_the_command_line_reaches_trainers_grpo():
+    assert imports_of_the_command() == []
 
 
 def test_the_readme_stays_short():
@@ -114,3 +138,4 @@ def test_the_rules_can_fail(tmp_path):
         "trainers/evolve/loop.py:3 imports _load_tasks from grpo",
     ]
     assert readme_words(tmp_path) == MAX_README_WORDS + 1
+    assert imports_of_the_command(tmp_path) == ["trainers/evolve/loop.py:1", "trainers/evolve/loop.py:3"]
