@@ -216,7 +216,7 @@ def evaluate(base_url: str, tasks: list, checkpoint: Path | None, model: str, ev
     """
     from langgraph_evolver.errors import EvolverError
     from langgraph_evolver.experience.extractor import group_by_task
-    from trainers.evaluate import _load_adapter, evaluate_endpoint, summarize
+    from trainers.evaluate import evaluate_endpoint, serve_adapter, summarize
     from trainers.sync import load_weights, unload_adapter
 
     def serve_weights(path: Path, version: str) -> None:
@@ -232,7 +232,7 @@ def evaluate(base_url: str, tasks: list, checkpoint: Path | None, model: str, ev
         if base_path is None:
             raise SystemExit(f"{checkpoint} holds full weights: evaluate() needs base_path to restore after it")
         serve_weights(checkpoint, f"{checkpoint.parent.name}-{checkpoint.name}")
-    name = _load_adapter(base_url, str(checkpoint)) if adapter else model
+    name = serve_adapter(base_url, str(checkpoint)) if adapter else model
     try:
         trajs = asyncio.run(evaluate_endpoint(tasks, base_url=base_url, model=name, k=ev["k"],
                                               temperature=ev["temperature"], max_tokens=ev["max_tokens"],

@@ -148,8 +148,8 @@ def run_variant(variant: str, groups: dict[str, list[Trajectory]], *, model_path
 
     from langgraph_evolver.scoring import shaped_reward
     from trainers.config import EvolverGRPOConfig
-    from trainers.grpo import task_dataset
     from trainers.grpo_trainer import EvolverGRPOTrainer
+    from trainers.training_tasks import task_dataset
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)

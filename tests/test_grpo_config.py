@@ -140,15 +140,15 @@ def test_the_vllm_qwen_example_is_a_valid_config_with_its_commands(tmp_path):
 
 
 def test_gain_table_names_the_split_it_evaluated():
-    from trainers.grpo import _gain_table
+    from trainers.run_report import gain_table
 
     figures = {"eval_before_avg": 0.5, "eval_after_avg": 0.6, "eval_delta_avg": 0.1, "eval_delta_se": 0.02,
                "eval_level3_avg": [0.25, 0.5], "eval_before_success": 0.4, "eval_after_success": 0.45,
                "eval_before_well_formed": 0.9, "eval_after_well_formed": 0.95}  # fmt: skip
-    held_out = _gain_table(figures, 75, 4)
+    held_out = gain_table(figures, 75, 4)
     assert held_out.splitlines()[0] == "held-out (75 tasks x 4): avg@4 0.500 -> 0.600 (+0.100 ± 0.020)"
     assert "  level3: avg@4 0.250 -> 0.500 (+0.250)" in held_out and "  success: 0.400 -> 0.450 (+0.050)" in held_out
-    assert _gain_table(figures, 75, 4, split="validation").startswith("validation split (75 tasks x 4)")
+    assert gain_table(figures, 75, 4, split="validation").startswith("validation split (75 tasks x 4)")
 
 
 def test_a_loss_type_with_no_exactness_test_is_refused(tmp_path, monkeypatch):

@@ -178,7 +178,8 @@ def test_an_init_adapter_trains_without_its_lora_dropout(tmp_path, caplog):
     dropout is 0, so two forward passes in train mode agree (as the endpoint, which never drops, would)."""
     import torch
 
-    from trainers.grpo import _init_adapter_model, make_parser
+    from trainers.grpo import make_parser
+    from trainers.run_checks import init_adapter_model
 
     _adapter(tmp_path / "production", dropout=0.1)
     assert json.loads((tmp_path / "production" / "adapter_config.json").read_text())["lora_dropout"] == 0.1
@@ -186,7 +187,7 @@ def test_an_init_adapter_trains_without_its_lora_dropout(tmp_path, caplog):
             str(tmp_path / "production")]  # fmt: skip
     _, cfg, _ = make_parser().parse_args_and_config(argv)
     with caplog.at_level(logging.INFO, logger="trainers.grpo"):
-        model = _init_adapter_model(TINY_POLICY, cfg)
+        model = init_adapter_model(TINY_POLICY, cfg)
     assert "its lora_dropout 0.1 set to 0" in caplog.text
     drops = [m for n, m in model.named_modules() if ".lora_dropout." in n and isinstance(m, torch.nn.Dropout)]
     assert drops and all(m.p == 0.0 for m in drops) and model.peft_config["default"].lora_dropout == 0.0

@@ -449,25 +449,32 @@ class EvolverGRPOConfig(GRPOConfig):
 
         return get_context_template(self.context_template, **(self.context_options or {}))
 
+    def _loss_averages_micro_batches(self) -> bool:
+        """Whether ``loss_type`` averages per micro-batch (bnpo), which a token budget's split would change."""
+        from .loss_types import LOSS_TYPES
+
+        spec = LOSS_TYPES.get(self.loss_type)
+        return spec is not None and spec.micro_batch_mean
+
     def _loss_problems(self) -> list[str]:
         """Loss types whose aggregation the trainer cannot keep exact with merged and padding rows."""
-        from .samples import SEQUENCE_NORMALIZED_LOSSES, TOKEN_SUMMED_LOSSES
+        from .loss_types import LOSS_TYPES
 
         problems = []
-        known = (*TOKEN_SUMMED_LOSSES, *SEQUENCE_NORMALIZED_LOSSES)
-        if self.loss_type not in known:
+        spec = LOSS_TYPES.get(self.loss_type)
+        if spec is None:
             problems.append(f"loss_type={self.loss_type!r} is not one the trainer keeps exact with multi-turn rows; "
-                            f"use one of {', '.join(known)}.")  # fmt: skip
-        if self.loss_type in SEQUENCE_NORMALIZED_LOSSES and self.beta != 0.0:
+                            f"use one of {', '.join(LOSS_TYPES)}.")  # fmt: skip
+        if spec is not None and spec.sequence_normalized and self.beta != 0.0:
             problems.append(
                 f"loss_type={self.loss_type} normalizes per sequence; the trainer keeps that exact with merged and "
                 "padding rows by reweighting the policy term, which the KL term cannot follow: set beta: 0, or "
                 "use loss_type: dapo (token-level, exact as is)."
             )
         merged = self.merge_prefix_transitions
-        if self.loss_type == "vespo" and merged:
-            problems.append("loss_type=vespo weighs each row by a sequence-level ratio, which a merged row "
-                            "(several LLM calls) would share: set merge_prefix_transitions: false, or loss_type: "
+        if spec is not None and spec.row_weighted and merged:
+            problems.append(f"loss_type={self.loss_type} weighs each row by a sequence-level ratio, which a merged "
+                            "row (several LLM calls) would share: set merge_prefix_transitions: false, or loss_type: "
                             "dapo.")  # fmt: skip
         if self.off_policy_mask_threshold is not None and merged:
             problems.append("off_policy_mask_threshold drops whole rows on a per-row statistic, which a merged row "
@@ -520,9 +527,10 @@ class EvolverGRPOConfig(GRPOConfig):
         if self.max_tokens_per_microbatch is not None:
             if self.max_tokens_per_microbatch < 1:
                 problems.append("max_tokens_per_microbatch must be >= 1 (or null for no budget).")
-            if self.loss_type == "bnpo":
-                problems.append("loss_type=bnpo averages over each forward pass's tokens, so splitting a micro-batch "
-                                "by max_tokens_per_microbatch would change it: use loss_type: dapo.")  # fmt: skip
+            if self._loss_averages_micro_batches():
+                problems.append(f"loss_type={self.loss_type} averages over each forward pass's tokens, so splitting "
+                                "a micro-batch by max_tokens_per_microbatch would change it: use loss_type: "
+                                "dapo.")  # fmt: skip
         if self.policy_server_dtype not in ("auto", "float32", "bfloat16"):
             problems.append(f"policy_server_dtype must be auto, float32 or bfloat16, got {self.policy_server_dtype!r}.")
         if self.importance_correction not in ("none", "tis"):

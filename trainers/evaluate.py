@@ -230,7 +230,7 @@ async def evaluate_endpoint(
 
     ``agent`` is any agent ``as_agent`` accepts (a ``build(model, tools)`` factory, a compiled graph
     with ``EvolverMiddleware``, a dotted path); default: our reference agent. ``env_factory`` builds
-    each rollout's environment (``env_tools.base.environment_factory(name)`` for the environment a
+    each rollout's environment (``langgraph_evolver.environment.environment_factory(name)`` for the environment a
     command names); ``env_url`` uses the HTTP service instead; neither: each task's ``env`` by name.
     ``seed`` pairs the evaluation with any other one given the same seed (``PolicyChatModel.sample_seed``:
     sample i of task t at turn j samples with the same seed); ``None`` sends no seed.
@@ -414,7 +414,7 @@ def write_evaluation(out: Path, trajectories: list[Trajectory], figures: dict[st
     (out / "summary.json").write_text(json.dumps(figures, indent=2))
 
 
-def _load_adapter(base_url: str, path: str) -> str:
+def serve_adapter(base_url: str, path: str) -> str:
     """Load the adapter at ``path`` into the endpoint under a fresh name; return the name."""
     import uuid
 
@@ -486,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             server.start()
             base_url, model = server.base_url, server.model_name
         if args.adapter:
-            model = _load_adapter(base_url, args.adapter)
+            model = serve_adapter(base_url, args.adapter)
     except EvolverError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -4,7 +4,7 @@ A mixin placed before ``GRPOTrainer`` (its ``super()`` is TRL's), kept apart fro
 (``trainers/grpo_trainer.py``). Each collated micro-batch gets the loss normalizer, the endpoint's logprobs
 (``old_per_token_logps``, or the trainer's own under ``importance_correction: tis`` with the truncated weight),
 and the reference logprobs; the loss then uses a per-token upper clip bound, per-call normalization for the
-sequence-normalized loss types (``samples.SEQUENCE_NORMALIZED_LOSSES``), and checks on the first pass over fresh
+sequence-normalized loss types (``trainers.loss_types``), and checks on the first pass over fresh
 rollouts that the trainer's logprobs match the endpoint's (``policy/logp_gap_*``).
 """
 
@@ -14,6 +14,8 @@ import logging
 from typing import Any
 
 import torch
+
+from .loss_types import loss_spec
 
 __all__ = ["AgentLossMixin"]
 
@@ -60,7 +62,7 @@ class AgentLossMixin:
         truncated importance weight min(pi_old / pi_behaviour, tis_cap) per token.
 
         Tokens of stripped transitions (self-navigating) keep the behaviour logprobs as old and weight 1: their
-        ratio is meant to measure the unguided policy against the guided behaviour (DESIGN.md).
+        ratio is meant to measure the unguided policy against the guided behaviour (docs/self-navigating.md).
         """
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
@@ -99,7 +101,7 @@ class AgentLossMixin:
 
     def _calls_normalization(self, inputs: dict[str, Any]) -> torch.Tensor:
         """Per-row factors that turn TRL's per-row normalization of a sequence-normalized loss into a token sum
-        over the number of LLM calls (``samples.SEQUENCE_NORMALIZED_LOSSES``).
+        over the number of LLM calls (``trainers.loss_types``).
 
         TRL keeps its own per-token loss for ``loss_type`` (the clipped ratio, SAPO's soft gate, ...); only the
         aggregation changes. Each per-token loss is positively homogeneous in the advantage, so scaling a row's
@@ -113,14 +115,10 @@ class AgentLossMixin:
         rows = mask.size(0)
         calls = inputs["num_items_in_batch"].clamp(min=1.0) / (self.accelerator.num_processes
                                                               * self.args.steps_per_generation)  # fmt: skip
-        if self.loss_type in ("grpo", "sapo"):
-            factor = mask.sum(-1).clamp(min=1.0) * rows / calls
-        elif self.loss_type == "dr_grpo":
-            factor = torch.full((rows,), rows * self.max_completion_length, device=mask.device) / calls
-        elif self.loss_type == "luspo":
-            factor = torch.full((rows,), float(rows), device=mask.device) / calls
-        else:
+        row_factor = loss_spec(self.loss_type).row_factor
+        if row_factor is None:
             raise ValueError(f"loss_type={self.loss_type} has no per-call normalization (a bug: see sequence_weight).")
+        factor = row_factor(mask, rows, self.max_completion_length) / calls
         return factor.to(inputs["advantages"].dtype).unsqueeze(-1) if inputs["advantages"].dim() == 2 else factor
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -135,7 +133,7 @@ class AgentLossMixin:
         if "loss_scale" in inputs:  # bnpo: see samples.live_window_scales
             inputs = {**inputs, "advantages": inputs["advantages"] * inputs["loss_scale"]}
         if (self.args.importance_correction == "tis" and "importance_sampling_ratio" in inputs
-                and self.loss_type != "vespo"):  # fmt: skip
+                and not loss_spec(self.loss_type).row_weighted):  # fmt: skip
             # TIS: the weight multiplies each token's policy term; it is > 0, so scaling the advantage by it is
             # exactly that (min(r A w, clip(r) A w) = w min(r A, clip(r) A); every other per-token loss is linear
             # in A). vespo is left alone: TRL's vespo folds inputs["importance_sampling_ratio"] in itself.

@@ -68,6 +68,7 @@ from .dynamic_sampling import attach as attach_dynamic_sampler
 from .dynamic_sampling import refill_step
 from .grpo_loss import AgentLossMixin
 from .grpo_records import RankSummary, RolloutScore, log_generation
+from .loss_types import loss_spec
 from .samples import (
     Sample,
     collate,
@@ -446,7 +447,7 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
             # several optimizer steps per generation: which length bucket each one sees is random, not sorted
             random.Random(seed).shuffle(chunks)
         batches = [build(chunk) for chunk in chunks]
-        if self.loss_type == "bnpo":  # a micro-batch of padding rows only must not count in bnpo's divisor
+        if loss_spec(self.loss_type).micro_batch_mean:  # a padding-only micro-batch must not count in bnpo's divisor
             live = [bool(b["tool_mask"].any()) for b in batches]
             for b, scale in zip(batches, live_window_scales(live, args.gradient_accumulation_steps), strict=True):
                 b["loss_scale"] = torch.tensor(scale, device=device)

@@ -28,6 +28,8 @@ from typing import Any
 
 from langgraph_evolver.types import Trajectory, Transition
 
+from .loss_types import LOSS_TYPES, loss_spec
+
 __all__ = [
     "SEQUENCE_NORMALIZED_LOSSES",
     "TOKEN_SUMMED_LOSSES",
@@ -43,21 +45,11 @@ __all__ = [
     "trajectory_samples",
 ]
 
-SEQUENCE_NORMALIZED_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")
-"""TRL loss types that normalize per row (a mean over rows of each row's token mean or sum). With merged
-rows a row holds several LLM calls, and padding/probe rows count as rows, so TRL's aggregation would
-weigh calls by how they were packed. The trainer makes them exact instead: each call's tokens carry the
-weight its own sequence would give them (``sequence_weight``, folded into the advantages) and the loss is
-summed over tokens and divided by the number of calls of the whole batch (TRL's ``dapo`` path), which is
-TRL's objective with one row per call and no padding. Exact for the policy term; the KL term cannot be
-reweighted that way, so these loss types need ``beta: 0`` (checked in the config)."""
+SEQUENCE_NORMALIZED_LOSSES = tuple(name for name, spec in LOSS_TYPES.items() if spec.sequence_normalized)
+"""Loss types whose rows carry per-call weights (``sequence_weight``); see ``trainers.loss_types``, which decides."""
 
-
-TOKEN_SUMMED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
-"""TRL loss types that sum tokens (over the generation batch, or bnpo's micro-batch): merged rows are exact as
-they are (vespo excepted: its weight is per row, so it refuses merging). With the sequence-normalized ones these
-are every loss type the config accepts; each has an exactness test against TRL's own loss
-(``tests/test_grpo_loss.py``), so a loss type TRL adds later is refused until it has one."""
+TOKEN_SUMMED_LOSSES = tuple(name for name, spec in LOSS_TYPES.items() if not spec.sequence_normalized)
+"""Loss types whose merged rows are exact as they are; see ``trainers.loss_types``."""
 
 
 def live_window_scales(live: Sequence[bool], window: int) -> list[float]:
@@ -73,14 +65,10 @@ def live_window_scales(live: Sequence[bool], window: int) -> list[float]:
 
 
 def sequence_weight(loss_type: str, max_completion_length: int) -> Any:
-    """``n_tokens -> weight`` of each token of one call under ``loss_type``, or ``None`` (token-summed losses)."""
-    if loss_type in ("grpo", "sapo"):  # per-sequence token mean
-        return lambda n: 1.0 / max(n, 1)
-    if loss_type == "dr_grpo":  # per-sequence sum / max_completion_length
-        return lambda n: 1.0 / max_completion_length
-    if loss_type == "luspo":  # per-sequence sum
-        return lambda n: 1.0
-    return None
+    """``n_tokens -> weight`` of each token of one call under ``loss_type``, or ``None`` (token-summed losses):
+    its ``trainers.loss_types`` entry's ``call_weight``."""
+    weight = loss_spec(loss_type).call_weight
+    return None if weight is None else lambda n: weight(n, max_completion_length)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -99,7 +87,7 @@ class Sample:
     epsilon_high: list[float] = field(default_factory=list)
     keep_behaviour: list[int] = field(default_factory=list)
     """1 on tokens of transitions whose old logprobs stay the behaviour ones even under
-    ``importance_correction: tis`` (self-navigating stripped their prompt: DESIGN.md)."""
+    ``importance_correction: tis`` (self-navigating stripped their prompt: docs/self-navigating.md)."""
     transitions: int = 0
     model_versions: list[str] = field(default_factory=list)
     trajectory_id: str = ""

@@ -36,7 +36,7 @@ Quick look (a few minutes, worse model)::
 
     python -m trainers.tiny --out /tmp/tiny --minutes 3 --eval-tasks 30
 
-Why this module stays over 500 lines: the tokenizer, the model, the supervised examples (plain,
+Over 600 lines because the tokenizer, the model, the supervised examples (plain,
 guided, with mistakes) and the in-process rollouts that choose the checkpoint are one recipe for
 one committed artefact and change together.
 """
@@ -425,7 +425,7 @@ def evaluate_in_process(
     return out
 
 
-def _batches(examples: list[tuple[list[int], list[int]]], batch_size: int, pad_id: int, rng: random.Random):
+def padded_batches(examples: list[tuple[list[int], list[int]]], batch_size: int, pad_id: int, rng: random.Random):
     """Endless right-padded batches of similar length (padding would otherwise double the cost)."""
     import torch
 
@@ -509,7 +509,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     else:
         eval_tasks = generate_tasks("test", args.eval_tasks)
     rng = random.Random(0)
-    batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, rng)
+    batches = padded_batches(examples, args.batch_size, tokenizer.pad_token_id, rng)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     budget = args.minutes * 60
     history, step, best = [], 0, None

@@ -43,7 +43,7 @@ from langgraph_evolver.types import Task
 
 from .pools import check_disjoint, record_supervised
 from .synthetic_domains import sandbox_count, supervised_chats, supervised_tasks
-from .tiny import _batches, apply_reply, encode_example
+from .tiny import apply_reply, encode_example, padded_batches
 
 __all__ = ["batched_rollouts", "enable_checkpointing", "summarize_rollouts", "warm_start"]
 
@@ -164,7 +164,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
     eval_tasks = split_tasks(f"{args.eval_split}:{args.eval_tasks}")
     check_disjoint({"sft": tasks, args.eval_split: eval_tasks})  # refuses an overlap before any training
     record_supervised(out, tasks, split=f"sft:{sandbox_count(args)}")  # trainers.grpo checks its tasks against it
-    batches = _batches(examples, args.batch_size, tokenizer.pad_token_id, random.Random(0))
+    batches = padded_batches(examples, args.batch_size, tokenizer.pad_token_id, random.Random(0))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0 if not args.full else 0.01)
     history_path = out / "warm_start_history.jsonl"

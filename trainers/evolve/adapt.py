@@ -124,7 +124,7 @@ class Run:
 
     def model(self, adapter: Path | None) -> str:
         """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once)."""
-        from trainers.evaluate import _load_adapter
+        from trainers.evaluate import serve_adapter
         from trainers.models import resolve_model
         from trainers.serving import PolicyServerProcess
 
@@ -138,13 +138,13 @@ class Run:
             return self.server.model_name
         key = str(adapter.resolve())
         if key not in self.names:
-            self.names[key] = _load_adapter(self.server.base_url, key)
+            self.names[key] = serve_adapter(self.server.base_url, key)
         return self.names[key]
 
     def rollouts(self, tasks: list[Any], adapter: Path | None, *, k: int, seed: int | None) -> list[Any]:
         import asyncio
 
-        from trainers.grpo import evaluation_rollouts
+        from trainers.training_tasks import evaluation_rollouts
 
         from .evaluation import grpo_config
 

@@ -146,7 +146,7 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainers.tiny import _batches
+    from trainers.tiny import padded_batches
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
@@ -154,7 +154,7 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
                         target_modules=lora["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
     model = get_peft_model(model, config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    batches = _batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
+    batches = padded_batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     started, step, losses = time.perf_counter(), 0, []

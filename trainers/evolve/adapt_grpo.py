@@ -21,12 +21,12 @@ __all__ = ["grpo_phase", "newest_adapter"]
 
 def newest_adapter(train_dir: Path) -> tuple[Path, int | None] | None:
     """``final/`` (all steps run), else the newest complete ``checkpoint-N``, with its step; None if neither."""
-    from trainers.grpo import _checkpoint_step
+    from trainers.run_control import checkpoint_step
 
     if (train_dir / "final" / "adapter_config.json").exists():
         return train_dir / "final", None  # every step ran (its checkpoints may be pruned)
     found = [(s, p) for p in train_dir.glob("checkpoint-*")
-             if (s := _checkpoint_step(p)) is not None and (p / "adapter_config.json").exists()]  # fmt: skip
+             if (s := checkpoint_step(p)) is not None and (p / "adapter_config.json").exists()]  # fmt: skip
     if not found:
         return None
     step, path = max(found)

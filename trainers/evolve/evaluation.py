@@ -1,9 +1,10 @@
 """Phase (c) of a cycle: one held-out evaluation of a served model, with the loop's paired seeds (and the test
 figure of a production version, on seeds of its own).
 
-The agent, environment, turn and token limits are the training config's (``trainers.grpo.evaluation_rollouts``,
-what its own evaluations run), so a drop-in agent is evaluated as it is trained. An evaluation already on disk
-for the same model, split, tasks, k and seed (a loop killed after it) is read back instead of run again.
+The agent, environment, turn and token limits are the training config's
+(``trainers.training_tasks.evaluation_rollouts``, what its own evaluations run), so a drop-in agent is evaluated
+as it is trained. An evaluation already on disk for the same model, split, tasks, k and seed (a loop killed
+after it) is read back instead of run again.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def evaluate_model(loop: Any, tasks: list[Any], model: str, out: Path, *, tag: s
     gate's pair of evaluations shares one; the test figure has its own); ``{"figures", "trajectories"}``."""
     from langgraph_evolver.types import Trajectory, read_jsonl
     from trainers.evaluate import summarize, write_evaluation
-    from trainers.grpo import evaluation_rollouts
+    from trainers.training_tasks import evaluation_rollouts
 
     cfg = loop.cfg
     ident = {"model_tag": tag, "split": split, "tasks": len(tasks), "k": cfg.heldout_k, "seed": seed}

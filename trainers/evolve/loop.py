@@ -181,9 +181,9 @@ class EvolveLoop:
 
     def _split_tasks(self, key: str, split: str, limit: int | None) -> list[Any]:
         """The first ``limit`` tasks of ``split``; none is a ConfigError naming the key to change."""
-        from trainers.grpo import _load_tasks
+        from trainers.training_tasks import load_tasks
 
-        tasks = _load_tasks(self.rollout_cfg, (split, limit or None))[0]
+        tasks = load_tasks(self.rollout_cfg, (split, limit or None))[0]
         if not tasks:
             from langgraph_evolver.errors import ConfigError
 

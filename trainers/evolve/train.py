@@ -69,9 +69,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _complete_checkpoint(train_dir: Path) -> bool:
     """Whether ``trainers.grpo --resume_from_checkpoint true`` finds a checkpoint to resume in ``train_dir``."""
-    from trainers.grpo import _checkpoint_step
+    from trainers.run_control import checkpoint_step
 
-    return any(_checkpoint_step(p) is not None for p in train_dir.glob("checkpoint-*"))
+    return any(checkpoint_step(p) is not None for p in train_dir.glob("checkpoint-*"))
 
 
 def train_candidate(cfg: EvolveConfig, train: dict[str, Any], cycle_dir: Path, init_adapter: Path,
