@@ -87,7 +87,7 @@ def test_tis_is_on_when_the_trainer_and_the_local_server_differ_in_precision(tra
 
 
 def _args(**kw):
-    base = dict(importance_correction=None, policy_base_url=None, policy_server_dtype="float32", train_dtype="auto")
+    base = dict(importance_correction=None, policy_base_url=None, policy_server_dtype="float32", train_dtype="float32")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -103,6 +103,20 @@ def test_importance_correction_follows_the_two_precisions_unless_set(caplog):
     assert resolve(_args(policy_server_dtype="bfloat16", importance_correction="none"), big) == "none"  # user wins
     assert resolve(_args(train_dtype="bfloat16", importance_correction="tis"), big) == "tis"
     assert resolve(_args(policy_server_dtype="bfloat16", policy_base_url="http://x/v1"), big) == "none"  # external
+    tiny = 1_000_000  # auto on both sides: fp32 for a tiny model, the same on both sides
+    assert resolve(_args(policy_server_dtype="auto", train_dtype="auto"), tiny) == "none"
+
+
+def test_auto_follows_the_servers_cpu_rule():
+    from trainers.train_precision import resolve_train_dtype
+
+    big, tiny = 135_000_000, 1_000_000
+    assert resolve_train_dtype("auto", num_parameters=big, cpu_flags=("avx512_bf16",)) == torch.bfloat16
+    assert resolve_train_dtype("auto", num_parameters=big, cpu_flags=()) == torch.float32  # emulated bf16: slower
+    assert resolve_train_dtype("auto", num_parameters=tiny, cpu_flags=("amx_bf16",)) == torch.float32
+    assert resolve_train_dtype("float32", num_parameters=big, cpu_flags=("amx_bf16",)) == torch.float32
+    with pytest.raises(ValueError, match="train_dtype must be one of auto, float32, bfloat16"):
+        resolve_train_dtype("fp16")
 
 
 def test_bad_train_dtype_is_a_clear_error(tmp_path):

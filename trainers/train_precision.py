@@ -3,10 +3,11 @@
 ``train_dtype: bfloat16`` runs every trainer forward that yields logprobs (the loss, TIS's pi_old, the reference)
 under ``torch.autocast("cpu", dtype=torch.bfloat16)``: the matmuls run in bf16, the weights, LoRA adapters,
 gradients and optimizer state stay fp32 (autocast casts copies per op; the backward follows the forward's
-casts). ``auto`` keeps fp32 on CPU: measured on this project's 2-core AVX512-BF16 machine (no AMX), a
-forward+backward of SmolLM2-135M with LoRA r16 on 2 x 1,024 tokens is slower under bf16 autocast than in fp32
-(docs/real-model.md, "Training precision"), so bf16 is opt-in until a CPU measures it faster. On CUDA the
-config's ``bf16`` flag (accelerate's mixed precision) governs, as before.
+casts). ``auto`` follows the policy server's CPU rule (``trainers.serving.precision.resolve_dtype``): bf16 on a
+CPU with ``avx512_bf16``/``amx_bf16`` for a model of 20M+ parameters, fp32 otherwise. Measured on this project's
+2-core AVX512-BF16 machine (no AMX), a forward+backward of SmolLM2-135M with LoRA r16 on 2 x 1,024 tokens was
+faster under bf16 autocast than in fp32 in each of 3 alternating pairs (docs/real-model.md, "Training
+precision"). On CUDA the config's ``bf16`` flag (accelerate's mixed precision) governs, as before.
 
 When the local policy server and the trainer compute in different precisions, their logprobs differ by more
 than sampling noise, so ``importance_correction`` left unset turns TIS on (``resolve_importance_correction``);
@@ -31,11 +32,13 @@ TRAIN_DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 """What ``train_dtype`` accepts."""
 
 
-def resolve_train_dtype(name: str) -> torch.dtype:
-    """The dtype the trainer's CPU forward computes in: ``auto`` is fp32 (bf16 autocast measured slower here)."""
+def resolve_train_dtype(
+    name: str, *, num_parameters: int | None = None, cpu_flags: tuple[str, ...] | None = None
+) -> torch.dtype:
+    """The dtype the trainer's CPU forward computes in; ``auto``: the policy server's rule (``resolve_dtype``)."""
     if name not in TRAIN_DTYPE_CHOICES:
         raise ValueError(f"train_dtype must be one of {', '.join(TRAIN_DTYPE_CHOICES)}; got {name!r}.")
-    return torch.bfloat16 if name == "bfloat16" else torch.float32
+    return resolve_dtype(name, num_parameters=num_parameters, cpu_flags=cpu_flags)
 
 
 def resolve_importance_correction(args: Any, num_parameters: int) -> str:
@@ -46,7 +49,7 @@ def resolve_importance_correction(args: Any, num_parameters: int) -> str:
     if args.policy_base_url:  # an external endpoint: its precision is unknown here (vLLM in bf16: set tis)
         return "none"
     server = resolve_dtype(args.policy_server_dtype, num_parameters=num_parameters)
-    trainer = resolve_train_dtype(args.train_dtype)
+    trainer = resolve_train_dtype(args.train_dtype, num_parameters=num_parameters)
     if server == trainer:
         return "none"
     logger.info("importance_correction: tis (the policy server computes in %s, the trainer in %s: their logprobs "
@@ -64,10 +67,11 @@ class TrainPrecisionMixin:
 
     def _settle_precision(self) -> None:
         unwrapped = self.accelerator.unwrap_model(self.model)
-        self._train_dtype = resolve_train_dtype(self.args.train_dtype)
+        num_parameters = sum(p.numel() for p in unwrapped.parameters())
+        self._train_dtype = resolve_train_dtype(self.args.train_dtype, num_parameters=num_parameters)
         if self.accelerator.device.type != "cpu":
             self._train_dtype = torch.float32  # CUDA: the bf16 flag (accelerate's mixed precision) governs
-        num_parameters = sum(p.numel() for p in unwrapped.parameters())
+        logger.info("trainer forward/backward in %s (train_dtype: %s)", self._train_dtype, self.args.train_dtype)
         self.args.importance_correction = resolve_importance_correction(self.args, num_parameters)
 
     def _precision_context(self) -> contextlib.AbstractContextManager:
