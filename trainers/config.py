@@ -306,11 +306,11 @@ class EvolverGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Torch threads of the local policy server (default: its own)."}
     )
     policy_server_dtype: str = field(
-        default="float32",
+        default="auto",
         metadata={
-            "help": "What the local policy server computes in (its --dtype): float32 (default: its logprobs match "
-            "an fp32 trainer's), bfloat16, or auto (bf16 on a CPU with amx_bf16/avx512_bf16 for a 20M+ parameter "
-            "model; faster rollouts, logprobs of the bf16 model: use importance_correction tis).",
+            "help": "What the local policy server computes in (its --dtype): auto (default: bf16 on a CPU with "
+            "amx_bf16/avx512_bf16 for a 20M+ parameter model, as train_dtype auto; measured faster), float32 or "
+            "bfloat16. When it differs from the trainer's dtype, importance_correction left unset turns TIS on.",
             "choices": ["auto", "float32", "bfloat16"],
         },  # fmt: skip
     )
