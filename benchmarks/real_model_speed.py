@@ -24,7 +24,7 @@ into rollouts and training, ``grpo_step_speedup`` and ``logp_gap_mean``.
 Commands::
 
     python -m benchmarks.real_model_speed --quick        # 1 and 32 requests, 2 rounds (5-8 min on 2 shared cores)
-    python -m benchmarks.real_model_speed --out benchmarks/results/real_model_speed.json   # the full run (~6 min)
+    python -m benchmarks.real_model_speed --out benchmarks/results/real_model_speed.json   # full (~6 min + GRPO steps)
     python -m benchmarks.real_model_speed --profile     # where one decode step's time goes, fp32 and bf16
 
 ``--profile`` instead runs one engine per dtype in this process (no HTTP) and splits one decode step at 1 and
