@@ -37,3 +37,9 @@ def test_the_old_setting_is_fp32_on_both_sides_without_tis():
     assert old[old.index("--policy_server_dtype") + 1] == "float32"
     assert old[old.index("--train_dtype") + 1] == "float32"
     assert old[old.index("--importance_correction") + 1] == "none"
+
+
+def test_an_fp32_gap_of_1e_6_is_kept_not_rounded_to_zero(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps({"step": 1, "step_s": 9.0, "rollout/time_s": 5.0, "policy/logp_gap_mean": 8.3e-7}))
+    assert step_figures(metrics)["logp_gap_mean"] == pytest.approx(8.3e-7)
