@@ -17,13 +17,14 @@ floor over a variant's measured step (1.0: the step is nothing but matmuls at th
 Ends with one JSON line: ``speedup_c1``, ``speedup_c32`` (new / old tokens/s), ``peak_fraction_c32`` (the
 new variant's step against the floor of its dtype), the dtype the new server chose, the CPU and its bf16
 flags, and the load average before and after (the cores are shared: ratios of alternating runs are what
-count). The issue's 2 GRPO steps per setting (``grpo_step_speedup``, ``logp_gap_mean``) are not measured here
-yet: see docs/policy-endpoint.md ("Precision").
+count). A full run (not ``--quick``) then runs 2 GRPO steps of ``examples/smollm2_cpu.yaml`` with the old
+settings (fp32 server, fp32 training) and the new defaults (``benchmarks.grpo_step_speed``): step seconds split
+into rollouts and training, ``grpo_step_speedup`` and ``logp_gap_mean``.
 
 Commands::
 
     python -m benchmarks.real_model_speed --quick        # 1 and 32 requests, 2 rounds (5-8 min on 2 shared cores)
-    python -m benchmarks.real_model_speed --out benchmarks/results/real_model_speed.json   # the full run (~6 min)
+    python -m benchmarks.real_model_speed --out benchmarks/results/real_model_speed.json   # full (~6 min + GRPO steps)
     python -m benchmarks.real_model_speed --profile     # where one decode step's time goes, fp32 and bf16
 
 ``--profile`` instead runs one engine per dtype in this process (no HTTP) and splits one decode step at 1 and
@@ -290,6 +291,7 @@ def main() -> None:
     p.add_argument("--old-ref", default=OLD_REF, help="the commit whose server is the old fp32 path")
     p.add_argument("--profile", action="store_true", help="split one decode step instead (no servers)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--grpo-steps", type=int, default=2, help="GRPO steps per setting in a full run (0: none)")
     args = p.parse_args()
     args.concurrency = args.concurrency or ("1,32" if args.quick else "1,8,32,64")
     args.rounds = args.rounds or (2 if args.quick else 3)
@@ -304,6 +306,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="real_model_speed_") as tmp:
         figures: dict[str, Any] = serving(args, Path(tmp))
+        if not args.quick and args.grpo_steps:  # 2 GRPO steps of examples/smollm2_cpu.yaml, old vs new settings
+            from benchmarks.grpo_step_speed import grpo_steps
+
+            figures.update(grpo_steps(Path(tmp), args.grpo_steps))
         figures.update({
             "threads": args.threads, "rounds": args.rounds, "max_tokens": args.max_tokens, "old_ref": args.old_ref,
             "new_dtype": served_dtype(Path(tmp) / "new.log"),

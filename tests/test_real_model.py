@@ -107,7 +107,8 @@ def test_one_grpo_step_with_lora_on_the_real_model(smollm2, tmp_path):
                    "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
                    "--max_turns", "2", "--max_completion_length", "32", "--level_weights", "1:1,2:0,3:0",
                    "--reward_fn", "tests.test_real_model:answer_length_reward", "--eval_before", "false",
-                   "--eval_after", "false", "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
+                   "--eval_after", "false", "--save_strategy", "no", "--report_to", "none",
+                   "--policy_server_dtype", "float32", "--train_dtype", "float32"])  # fmt: skip
     assert figures["steps"] == 1
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     assert len(rows) == 1 and rows[0]["rollout/failed"] == 0

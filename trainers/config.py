@@ -314,11 +314,21 @@ class EvolverGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Torch threads of the local policy server (default: its own)."}
     )
     policy_server_dtype: str = field(
-        default="float32",
+        default="auto",
         metadata={
-            "help": "What the local policy server computes in (its --dtype): float32 (default: its logprobs match "
-            "an fp32 trainer's), bfloat16, or auto (bf16 on a CPU with amx_bf16/avx512_bf16 for a 20M+ parameter "
-            "model; faster rollouts, logprobs of the bf16 model: use importance_correction tis).",
+            "help": "What the local policy server computes in (its --dtype): auto (default: bf16 on a CPU with "
+            "amx_bf16/avx512_bf16 for a 20M+ parameter model, as train_dtype auto; measured faster), float32 or "
+            "bfloat16. When it differs from the trainer's dtype, importance_correction left unset turns TIS on.",
+            "choices": ["auto", "float32", "bfloat16"],
+        },  # fmt: skip
+    )
+    train_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "What the trainer's forward/backward computes in on CPU: float32, bfloat16 (autocast; weights, "
+            "LoRA and optimizer state stay fp32) or auto (bf16 on a CPU with amx_bf16/avx512_bf16 for a 20M+ "
+            "parameter model, as the policy server: measured faster there, docs/real-model.md). On GPU the bf16 "
+            "flag governs.",
             "choices": ["auto", "float32", "bfloat16"],
         },  # fmt: skip
     )
@@ -343,10 +353,12 @@ class EvolverGRPOConfig(GRPOConfig):
             "number. None: steps_per_generation micro-batches of equal row counts, whatever their length."
         },  # fmt: skip
     )
-    importance_correction: str = field(
-        default="none",
+    importance_correction: str | None = field(
+        default=None,
         metadata={
-            "help": "Trainer/inference mismatch correction. 'none': the endpoint's behaviour logprobs are the old "
+            "help": "Trainer/inference mismatch correction (default: 'tis' when the local policy server computes in "
+            "another precision than the trainer, policy_server_dtype vs train_dtype; 'none' otherwise). "
+            "'none': the endpoint's behaviour logprobs are the old "
             "logprobs (mismatch and staleness are one number). 'tis' (veRL/TRL): the old logprobs come from a "
             "no-grad trainer forward at generation time, the clip acts on pi/pi_old, and the loss is weighted "
             "per token by min(pi_old/pi_behaviour, tis_cap); transitions stripped by self-navigating keep the "
@@ -533,7 +545,9 @@ class EvolverGRPOConfig(GRPOConfig):
                                 "dapo.")  # fmt: skip
         if self.policy_server_dtype not in ("auto", "float32", "bfloat16"):
             problems.append(f"policy_server_dtype must be auto, float32 or bfloat16, got {self.policy_server_dtype!r}.")
-        if self.importance_correction not in ("none", "tis"):
+        if self.train_dtype not in ("auto", "float32", "bfloat16"):
+            problems.append(f"train_dtype must be auto, float32 or bfloat16, got {self.train_dtype!r}.")
+        if self.importance_correction not in (None, "none", "tis"):
             problems.append(f"importance_correction must be 'none' or 'tis', got {self.importance_correction!r}.")
         if self.tis_cap < 1.0:
             problems.append(f"tis_cap={self.tis_cap} must be >= 1 (2.0 in veRL; the weight is min(ratio, cap)).")

@@ -81,6 +81,7 @@ from .samples import (
     token_budget_slots,
     trajectory_samples,
 )
+from .train_precision import TrainPrecisionMixin
 
 __all__ = [
     "EvolverGRPOTrainer",
@@ -103,7 +104,7 @@ def environment_reward(prompts: list, completions: list, **kwargs: Any) -> list[
     raise RuntimeError("environment_reward is only a marker: EvolverGRPOTrainer scores whole rollouts itself.")
 
 
-class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
+class EvolverGRPOTrainer(TrainPrecisionMixin, AgentLossMixin, GRPOTrainer):
     """GRPO on agent rollouts (see the module docstring).
 
     Args:
@@ -142,6 +143,7 @@ class EvolverGRPOTrainer(AgentLossMixin, GRPOTrainer):
         super().__init__(model=model, reward_funcs=[environment_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)  # fmt: skip
         self._publish_at_start = publish_at_start
+        self._settle_precision()  # train_dtype, and TIS when the server computes in another precision
         self.policy = policy
         self.policy_base_url = policy_base_url
         self.env_factory = env_factory
