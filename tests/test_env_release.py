@@ -101,8 +101,6 @@ def read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
 # -- a killed client's instances expire, a live client's do not ----------------------------------------
 def test_a_killed_clients_instances_expire_while_a_live_client_keeps_its_own(service_process):
     url, idle_timeout = service_process
-    live = RemoteEnvironment(url, token=TOKEN)
-    live.reset(generate_tasks("train", 1)[0])
     n = 4
     client = subprocess.Popen(
         [sys.executable, "-c", KILLED_CLIENT, url, str(n)],
@@ -122,6 +120,10 @@ def test_a_killed_clients_instances_expire_while_a_live_client_keeps_its_own(ser
             client.kill()
             client.wait()
     killed_at = time.monotonic()
+    # the live client's instance is made now, not before the child started: on a loaded machine the child's
+    # start-up alone can outlast the 2 s expiry, and an instance nobody used that long expires by design
+    live = RemoteEnvironment(url, token=TOKEN)
+    live.reset(generate_tasks("train", 1)[0])
     assert live_instances(url) == n + 1  # the kill released nothing: only the expiry can
 
     margin = 15.0  # generous for a loaded machine: the sweep runs every idle_timeout / 2

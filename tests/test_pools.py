@@ -132,3 +132,14 @@ def test_a_warm_start_records_its_sft_tasks_and_grpo_refuses_to_train_on_them(tm
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "of the 40 sft:40 tasks were supervised by the warm start" in err, err
     assert check_grpo_tasks("rl:40", pool_tasks("rl", 40), "test:3", split_tasks("test:3"), str(ws)) is None
+
+
+def test_tasks_without_reference_solutions_are_compared_by_query():
+    """A user's own tasks often carry no reference calls: their signature is the query alone (no crash)."""
+    from env_tools.sandbox.pools import signature
+    from langgraph_evolver.types import Task
+
+    a = Task(id="a", query="Give resident 0 a permit.", reference_solution=None)
+    b = Task(id="b", query="Give resident 0 a permit.", reference_solution=None)
+    c = Task(id="c", query="Give resident 1 a permit.", reference_solution=None)
+    assert signature(a) == signature(b) != signature(c)

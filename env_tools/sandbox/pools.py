@@ -53,7 +53,7 @@ def is_pool(name: str) -> bool:
 
 def signature(task: Task) -> str:
     """The (query, reference calls) key two tasks share when a model could answer one by recalling the other."""
-    calls = [[c.name, c.arguments] for c in task.reference_solution]
+    calls = [[c.name, c.arguments] for c in task.reference_solution or []]  # a task without one: its query alone
     return json.dumps([task.query, calls], sort_keys=True, separators=(",", ":"))
 
 
