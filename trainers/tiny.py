@@ -425,6 +425,20 @@ def evaluate_in_process(
     return out
 
 
+def supervised_step(model: Any, opt: Any, params: Any, batch: tuple[Any, Any, Any]) -> float:
+    """One optimizer step on a ``padded_batches`` batch (the loss on labelled tokens only), gradients clipped to
+    norm 1; the loss. Shared by the tiny policy, ``trainers.warm_start`` and ``trainers.evolve adapt``."""
+    import torch
+
+    ids, labels, mask = batch
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return loss.item()
+
+
 def padded_batches(examples: list[tuple[list[int], list[int]]], batch_size: int, pad_id: int, rng: random.Random):
     """Endless right-padded batches of similar length (padding would otherwise double the cost)."""
     import torch
@@ -521,16 +535,11 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         lr = args.lr * min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr
-        ids, labels, mask = next(batches)
         model.train()
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = supervised_step(model, opt, model.parameters(), next(batches))
         step += 1
         bar.update(int(time.perf_counter() - train_start) - bar.n)
-        bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
+        bar.set_postfix(step=step, loss=f"{loss:.3f}")
         if elapsed >= next_eval or time.perf_counter() - train_start >= budget:
             next_eval += args.eval_every * 60
             model.eval()
@@ -541,7 +550,7 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
             if navigator is not None:  # the same tasks guided by the pool's block
                 guided = evaluate_in_process(model, tokenizer, eval_tasks, temperature=1.0, navigator=navigator)
                 figures.update({f"guided_{k}": v for k, v in guided.items()})
-            figures.update(step=step, minutes=round(elapsed / 60, 1), loss=round(loss.item(), 4))
+            figures.update(step=step, minutes=round(elapsed / 60, 1), loss=round(loss, 4))
             figures["eval_split"] = args.eval_split
             history.append(figures)
             tqdm.write(json.dumps(figures))

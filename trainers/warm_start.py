@@ -43,7 +43,7 @@ from langgraph_evolver.types import Task
 
 from .pools import check_disjoint, record_supervised
 from .synthetic_domains import sandbox_count, supervised_chats, supervised_tasks
-from .tiny import apply_reply, encode_example, padded_batches
+from .tiny import apply_reply, encode_example, padded_batches, supervised_step
 
 __all__ = ["batched_rollouts", "enable_checkpointing", "summarize_rollouts", "warm_start"]
 
@@ -205,16 +205,11 @@ def warm_start(args: argparse.Namespace) -> dict[str, Any]:
         )
         for group in opt.param_groups:
             group["lr"] = lr
-        ids, labels, mask = next(batches)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss = supervised_step(model, opt, params, next(batches))
         step += 1
-        losses.append(loss.item())
+        losses.append(loss)
         bar.update(int(time.perf_counter() - train_start) - bar.n)
-        bar.set_postfix(step=step, loss=f"{loss.item():.3f}", refresh=False)
+        bar.set_postfix(step=step, loss=f"{loss:.3f}", refresh=False)
         done = time.perf_counter() - train_start >= budget
         if elapsed >= next_eval or done:
             next_eval += args.eval_every * 60

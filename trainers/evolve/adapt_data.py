@@ -146,7 +146,7 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainers.tiny import padded_batches
+    from trainers.tiny import padded_batches, supervised_step
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
@@ -161,16 +161,11 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     bar = tqdm(total=max_steps, desc="adapt: supervise", unit="step", disable=not progress, mininterval=2)
     model.train()
     while time.perf_counter() - started < seconds and (max_steps is None or step < max_steps):
-        ids, labels, mask = next(batches)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss = supervised_step(model, opt, params, next(batches))
         step += 1
-        losses.append(loss.item())
+        losses.append(loss)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
     bar.close()
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(str(tmp), safe_serialization=True)
