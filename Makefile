@@ -65,7 +65,7 @@ demo-real: real-model
 		--save_strategy no --output_dir runs/demo-real
 
 test: install install-bfcl real-model
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 lint: install
 	$(BIN)/ruff check .

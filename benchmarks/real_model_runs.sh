@@ -11,8 +11,8 @@
 #   nohup bash benchmarks/real_model_runs.sh > runs/r42.log 2>&1 &
 #
 # Knobs (environment): R (runs folder), CONFIG (a trainers.grpo YAML: examples/smollm2_cpu.yaml, or
-# examples/smollm2_gpu.yaml on a GPU), STEPS, SWEEP_STEPS, SEEDS, EVAL_SEED, TEST_N, EXAMPLES, RL,
-# WARM_MINUTES, TEMPLATE, SYNTH, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
+# examples/smollm2_gpu.yaml on a GPU), STEPS, SWEEP_STEPS, SWEEP_POINTS, VAL, SEEDS, EVAL_SEED, TEST_N, EXAMPLES, RL,
+# WARM_MINUTES, WARM_EVAL_EVERY, WARM_EVAL_TASKS, TEMPLATE, SYNTH, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,11 @@ EVAL_SEED=${EVAL_SEED:-42}
 TEST_N=${TEST_N:-75}
 EXAMPLES=${EXAMPLES:-3000}
 RL=${RL:-rl:600}
-WARM_MINUTES=${WARM_MINUTES:-35}
+VAL=${VAL:-validation:75}
+SWEEP_POINTS=${SWEEP_POINTS:-"lr1e-4_g8_r16 lr2e-4_g8_r16 lr5e-5_g8_r16 lr1e-4_g4_r16 lr1e-4_g8_r8"}
+WARM_MINUTES=${WARM_MINUTES:-40}
+WARM_EVAL_EVERY=${WARM_EVAL_EVERY:-20}   # minutes; each evaluation (HF generate, 8 turns) counts against WARM_MINUTES
+WARM_EVAL_TASKS=${WARM_EVAL_TASKS:-16}
 TEMPLATE=${TEMPLATE:-compact_doc}   # descriptions and argument types (docs/transfer.md): one warm start for issues 42 and 43
 SYNTH=${SYNTH:-0.5}                # share of chats from generated tool domains (trainers/synthetic_domains.py)
 mkdir -p "$R"
@@ -36,7 +40,7 @@ say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 if [ ! -f "$R/warm/warm_start_summary.json" ]; then
     say "warm start on sft:$EXAMPLES -> $R/warm"
     $PY -m trainers.warm_start --model smollm2-135m-instruct --template "$TEMPLATE" --out "$R/warm" \
-        --minutes "$WARM_MINUTES" --eval-every 12 --eval-tasks 24 --lora-r 8 --lora-alpha 16 --lr 1e-3 \
+        --minutes "$WARM_MINUTES" --eval-every "$WARM_EVAL_EVERY" --eval-tasks "$WARM_EVAL_TASKS" --no-eval-at-start --lora-r 8 --lora-alpha 16 --lr 1e-3 \
         --examples "$EXAMPLES" --synthetic-share "$SYNTH"
 fi
 $PY -m trainers.pools recipe --examples "$EXAMPLES" --rl "${RL#rl:}" --test "$TEST_N"   # must print 0, 0
@@ -57,30 +61,40 @@ grpo() {
     "${cmd[@]}"
 }
 
-# 2. the validation sweep: one knob at a time around lr 1e-4, 8 rollouts per task, LoRA r 16
+# 2. the validation sweep: one knob at a time around lr 1e-4, 8 rollouts per task, LoRA r 16. The warm start
+# is evaluated on validation once (every point's "before" is the same seeded evaluation), each point once
+# after its GRPO run, and the two are paired by trainers.paired.
+validate() {  # out [adapter]
+    [ -f "$1/summary.json" ] && return
+    say "validating ${2:-the warm start} on $VAL x 4, seed $EVAL_SEED"
+    $PY -m trainers.evaluate --config "$CONFIG" --model_path "$R/warm" ${2:+--adapter "$2"} --split "$VAL" \
+        --limit "${VAL#*:}" --k 4 --seed "$EVAL_SEED" --server_threads 1 --quiet --output_dir "$1"
+}
+validate "$R/eval/val-warm"
 sweep_point() {  # name lr generations rank
     grpo "$R/sweep/$1" --seed 0 --max_steps "$SWEEP_STEPS" --learning_rate "$2" --num_generations "$3" \
-        --lora_r "$4" --lora_alpha $(($4 * 2)) --eval_split "validation:75" --eval_limit 75 --eval_k 4 \
-        --eval_seed "$EVAL_SEED"
+        --lora_r "$4" --lora_alpha $(($4 * 2)) --eval_before false --eval_after false
+    validate "$R/eval/val-$1" "$R/sweep/$1/final"
+    [ -f "$R/sweep/$1/paired.json" ] ||
+        $PY -m trainers.paired --before "$R/eval/val-warm" --after "$R/eval/val-$1" | tail -1 > "$R/sweep/$1/paired.json"
 }
-sweep_point lr1e-4_g8_r16 1e-4 8 16
-sweep_point lr5e-5_g8_r16 5e-5 8 16
-sweep_point lr2e-4_g8_r16 2e-4 8 16
-sweep_point lr1e-4_g4_r16 1e-4 4 16
-sweep_point lr1e-4_g8_r8 1e-4 8 8
-# the point with the highest paired validation gain (ties: the first listed)
+for point in ${SWEEP_POINTS}; do
+    IFS=_ read -r lr g r <<< "$point"
+    sweep_point "$point" "${lr#lr}" "${g#g}" "${r#r}"
+done
+# the point with the highest paired validation gain (ties: the higher bound)
 read -r LR GENS RANK < <($PY - "$R/sweep" <<'EOF'
 import json, sys
 from pathlib import Path
 points = []
-for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
-    paired = json.loads((run / "summary.json").read_text())["eval_paired"]
+for run in sorted(p for p in Path(sys.argv[1]).iterdir() if (p / "paired.json").is_file()):
+    paired = json.loads((run / "paired.json").read_text())
     lr, g, r = run.name.split("_")
     points.append((paired["gain"], paired["lower_bound"], lr[2:], g[1:], r[1:], run.name))
     print(f"sweep {run.name}: validation gain {paired['gain']:+.3f}, 90% lower bound {paired['lower_bound']:+.3f}",
           file=sys.stderr)
 best = max(points, key=lambda p: (p[0], p[1]))
-(Path(sys.argv[1]) / "chosen.json").write_text(json.dumps({"run": best[5], "gain": best[0]}) + "\n")
+(Path(sys.argv[1]) / "chosen.json").write_text(json.dumps({"run": best[5], "gain": best[0], "lower_bound": best[1]}) + "\n")
 print(best[2], best[3], best[4])
 EOF
 )
