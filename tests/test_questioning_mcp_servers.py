@@ -105,6 +105,23 @@ def test_exploration_reaches_the_write_tools_of_every_style(server):
     assert len(ok & writes) >= 2 and needs_id in ok, (server, sorted(ok))
 
 
+@pytest.mark.timeout(300)
+def test_ids_that_only_a_search_returns_are_found_with_broad_probes():
+    """``search_people(query)`` is the only way to an id: the explorer's free text for a read tool starts broad
+    (the empty string, then common letters), so the search answers with people and their ids open the rest."""
+    name = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}"
+    env = load_environment(name)
+    try:
+        trajectory = explore(env, exploration_task(None, env=name, seed=0), seed=0)
+    finally:
+        env.close()
+    pairs = [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+    searches = [c.arguments["query"] for c, _ in pairs if c.name == "search_people"]
+    assert searches and searches[0] == "", searches  # the broadest probe first
+    ok = {c.name for c, o in pairs if not o.is_error}
+    assert {"get_person", "send_message"} <= ok, sorted(ok)
+
+
 # -- the whole pipeline ----------------------------------------------------------------------------------------
 
 
@@ -191,6 +208,10 @@ def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
     assert clause(cancel, "Cancel a booking; its slot becomes free again.", {}) == "cancel booking B1"
     renew = ToolCall(name="renew_permit", arguments={"permit_id": 2, "months": 3})
     assert clause(renew, "Extend an active permit by some months.", {}) == "extend active permit 2 by 3 months"
+    back = ToolCall(name="return_book", arguments={"loan_id": "L1"})  # "Return" acts here: not "tell me a loan"
+    assert clause(back, "Return a loan; a late return adds a fine.", {}) == "return loan L1"
+    everyone = ToolCall(name="find_member", arguments={"name": ""})  # a broad probe names no filter
+    assert clause(everyone, "Members whose name contains the text.", {}) == "tell me the members whose name contains the text"
     info = ToolCall(name="zone_info", arguments={"zone": "old town"})
     assert clause(info, "Fee per month, permit cap and streets for one zone.", {}) == (
         "tell me the fee per month, permit cap and streets for zone 'old town'"

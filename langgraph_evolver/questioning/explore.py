@@ -50,6 +50,11 @@ _RECENT = 2
 _ID_SUFFIXES = ("id", "code", "number")
 """An argument ``<x>_<suffix>`` names a record of entity ``x`` (``booking_id``, ``airport_code``)."""
 _MAX_DEPTH = 4
+_BROAD_PROBES = ("", "a", "e")
+"""Free text for a read tool's argument that nothing seen can fill (``search_books(query)``, ``find_member(name)``):
+the empty string first (many servers match everything with it), then common letters (a substring of most names),
+then words of values seen. ``query 42`` matches nothing, so a server whose ids come only from a search gave the
+explorer no id at all."""
 SLOW_FAILURE_S = 5.0
 """A failing call that took this long (a timeout) keeps its tool out of the rest of the exploration."""
 
@@ -202,6 +207,8 @@ class _Explorer:
                 if found and not _names_record(arg):
                     self.examples.setdefault(arg, found.group(1).strip())
         self.seen: list[_Seen] = []
+        self.probes: dict[tuple[str, str], int] = {}
+        """Broad probes used so far per (tool, argument): each draw takes the next one."""
         self.used: list[str] = []
         self.made: set[tuple[str, str]] = set()
         self.step = 0
@@ -289,8 +296,18 @@ class _Explorer:
             if example:
                 first_digit = r"(?<!\d)\d(?!\d)"
                 return True, re.sub(first_digit, lambda _: str(self.rng.randint(1, 9)), example, count=1)
+            if self._tool in self.tools and not self.tools[self._tool]["writes"]:
+                return True, self._probe(arg)
             return True, f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"
         return False, None
+
+    def _probe(self, arg: str) -> str:
+        """The next broad value for a read tool's free-text ``arg`` (``_BROAD_PROBES``, then words seen)."""
+        words = sorted({w for s in self.seen if isinstance(s.value, str) for w in re.findall(r"[A-Za-z]{3,}", s.value)})
+        values = [*_BROAD_PROBES, *words[:50]]
+        index = self.probes.get((self._tool, arg), 0)
+        self.probes[(self._tool, arg)] = index + 1
+        return values[index % len(values)]
 
     def _date(self, prop: Mapping[str, Any]) -> str:
         """A date seen in an earlier result, else one of the next three days (servers book the near future)."""

@@ -82,6 +82,8 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
         return _from_name(call, records)
     rest: list[str] = []
     for arg, value in args.items():
+        if value == "":  # a broad search (the explorer's first probe): no filter to name
+            continue
         noun = _noun(arg)
         shown = _shown(arg, value, records)
         numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
@@ -99,9 +101,10 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
             rest.append(f"{noun} {shown}")
     words = phrase.split()
     first = words[0].lower() if words else ""
-    if first in _QUESTION_VERBS:  # "Returns the fee ..." asks for something
+    reads = tool_kind(call.name, description) == "read"
+    if first in _QUESTION_VERBS and reads:  # "Returns the fee ..." asks for something ("Return a loan" does not)
         phrase = "tell me " + " ".join(words[1:])
-    elif first not in _IMPERATIVE and tool_kind(call.name, description) == "read":  # a noun phrase: a question
+    elif first not in _IMPERATIVE and reads:  # a noun phrase: a question
         lead = "" if first in ("the", "a", "an", "one", "every", "all") else "the "
         phrase = f"tell me {lead}{phrase[:1].lower()}{phrase[1:]}"
     else:

@@ -1,0 +1,43 @@
+"""A FastMCP server whose ids come only from a text search (tests/test_questioning_mcp_servers.py).
+
+``search_people(query)`` keeps the people whose name contains ``query``; no tool lists them. An explorer
+that fills ``query`` with made-up text ("query 42") finds nobody, so no id, so neither ``get_person`` nor
+``send_message`` is ever called without an error.
+
+Run: python tests/mcp_search_server.py   # stdio
+"""
+
+from __future__ import annotations
+
+from mcp.server.fastmcp import FastMCP
+
+mcp = FastMCP("people")
+PEOPLE = {"P7": "Ada Lovelace", "P8": "Grace Hopper", "P9": "Alan Turing"}
+SENT: list[dict] = []
+
+
+@mcp.tool()
+def search_people(query: str) -> list[dict]:
+    """People whose name contains the text (case-insensitive)."""
+    return [{"person_id": pid, "name": name} for pid, name in PEOPLE.items() if query.lower() in name.lower()]
+
+
+@mcp.tool()
+def get_person(person_id: str) -> dict:
+    """One person's name and the messages sent to them."""
+    if person_id not in PEOPLE:
+        raise ValueError(f"no person {person_id!r}; search_people finds ids")
+    return {"person_id": person_id, "name": PEOPLE[person_id], "messages": [m for m in SENT if m["to"] == person_id]}
+
+
+@mcp.tool()
+def send_message(person_id: str, text: str) -> dict:
+    """Send a message to a person."""
+    if person_id not in PEOPLE:
+        raise ValueError(f"no person {person_id!r}; search_people finds ids")
+    SENT.append({"to": person_id, "text": text})
+    return {"sent": len(SENT), "to": person_id}
+
+
+if __name__ == "__main__":
+    mcp.run()
