@@ -211,7 +211,9 @@ def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
     back = ToolCall(name="return_book", arguments={"loan_id": "L1"})  # "Return" acts here: not "tell me a loan"
     assert clause(back, "Return a loan; a late return adds a fine.", {}) == "return loan L1"
     everyone = ToolCall(name="find_member", arguments={"name": ""})  # a broad probe names no filter
-    assert clause(everyone, "Members whose name contains the text.", {}) == "tell me the members whose name contains the text"
+    assert clause(everyone, "Members whose name contains the text.", {}) == (
+        "tell me the members whose name contains the text"
+    )
     info = ToolCall(name="zone_info", arguments={"zone": "old town"})
     assert clause(info, "Fee per month, permit cap and streets for one zone.", {}) == (
         "tell me the fee per month, permit cap and streets for zone 'old town'"
