@@ -326,6 +326,8 @@ def adapt(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     try:
         for name, fn in steps:
+            if name in ("supervise", "grpo"):  # training: the evaluation server's memory and threads back first
+                run.stop()
             results[name] = run.phase(name, fn)
             if args.stop_after == name:
                 print(f"adapt: stopped after {name} (--stop_after); rerun without it to go on", file=sys.stderr)
