@@ -2,7 +2,7 @@
 
 ``search_people(query)`` keeps the people whose name contains ``query``; no tool lists them. An explorer
 that fills ``query`` with made-up text ("query 42") finds nobody, so no id, so neither ``get_person`` nor
-``send_message`` is ever called without an error.
+``send_message`` is ever called without an error. ``set_status`` takes only the statuses its error lists.
 
 Run: python tests/mcp_search_server.py   # stdio
 """
@@ -37,6 +37,16 @@ def send_message(person_id: str, text: str) -> dict:
         raise ValueError(f"no person {person_id!r}; search_people finds ids")
     SENT.append({"to": person_id, "text": text})
     return {"sent": len(SENT), "to": person_id}
+
+
+@mcp.tool()
+def set_status(person_id: str, status: str) -> dict:
+    """Set a person's status."""
+    if person_id not in PEOPLE:
+        raise ValueError(f"no person {person_id!r}; search_people finds ids")
+    if status not in ("away", "busy", "free"):
+        raise ValueError(f"unknown status {status!r}; statuses: away, busy, free")
+    return {"person_id": person_id, "status": status}
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def test_exploration_reaches_the_write_tools_of_every_style(server):
 @pytest.mark.timeout(300)
 def test_ids_that_only_a_search_returns_are_found_with_broad_probes():
     """``search_people(query)`` is the only way to an id: the explorer's free text for a read tool starts broad
-    (the empty string, then common letters), so the search answers with people and their ids open the rest."""
+    (the empty string, then common letters), so the search answers with people and their ids open the rest; a
+    value an error lists ("statuses: away, busy, free") fills that argument next time."""
     name = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}"
     env = load_environment(name)
     try:
@@ -120,6 +121,9 @@ def test_ids_that_only_a_search_returns_are_found_with_broad_probes():
     assert searches and searches[0] == "", searches  # the broadest probe first
     ok = {c.name for c, o in pairs if not o.is_error}
     assert {"get_person", "send_message"} <= ok, sorted(ok)
+    # set_status takes only the values its error lists ("statuses: away, busy, free"): learnt from that error
+    statuses = [(c.arguments.get("status"), o.is_error) for c, o in pairs if c.name == "set_status"]
+    assert any(not failed for _, failed in statuses), statuses
 
 
 # -- the whole pipeline ----------------------------------------------------------------------------------------
@@ -268,7 +272,9 @@ def test_reads_with_arguments_make_a_booking_visible_so_doing_nothing_scores_zer
         env.close()
 
 
-@pytest.mark.parametrize("module", ["tool_results", "questioning.wording", "questioning.reach", "questioning.profile"])
+@pytest.mark.parametrize(
+    "module", ["tool_results", "questioning.wording", "questioning.reach", "questioning.profile", "questioning.explore"]
+)
 def test_the_new_modules_examples_run(module):
     import doctest
     import importlib

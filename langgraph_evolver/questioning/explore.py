@@ -55,6 +55,11 @@ _BROAD_PROBES = ("", "a", "e")
 the empty string first (many servers match everything with it), then common letters (a substring of most names),
 then words of values seen. ``query 42`` matches nothing, so a server whose ids come only from a search gave the
 explorer no id at all."""
+_EXAMPLE = re.compile(r"\b(?:such as|e\.g\.,?|for example|like)\s+'?([A-Za-z0-9][\w:./-]*)")
+_LISTED = re.compile(
+    r"(?:\b[a-z][a-z ]{1,30}:|\bone of:?|\bmust be:?|\bvalid (?:values|options)(?: are)?:?)\s*\[?"
+    r"((?:'?[\w./-]+'?\s*,\s*)+'?[\w./-]+'?)"
+)
 SLOW_FAILURE_S = 5.0
 """A failing call that took this long (a timeout) keeps its tool out of the rest of the exploration."""
 
@@ -80,6 +85,21 @@ def exploration_task(seed_task: Task | None = None, *, env: str | None = None, s
     digest = hashlib.sha1(json.dumps([env_name, params, seed], sort_keys=True, default=str).encode()).hexdigest()
     metadata = {"seed_task_id": seed_task.id} if seed_task is not None else {}
     return Task(id=f"explore-{digest[:12]}", query=EXPLORE_QUERY, env=env_name, env_params=params, metadata=metadata)
+
+
+def suggested_values(text: str) -> list[str]:
+    """The values a message or a description offers: a list it names ("countries: FR, DE, ES", "one of
+    'low', 'high'") and examples ("like B3", "such as A1:D3", "e.g. 2026-05-01"), in order.
+
+    Example:
+        >>> suggested_values("no service to 'country 15'; countries: FR, DE, ES")
+        ['FR', 'DE', 'ES']
+        >>> suggested_values("cell must be a column letter and a row number like B3, got 'Amount'")
+        ['B3']
+    """
+    out = [v.strip().strip("'") for m in _LISTED.finditer(text) for v in m.group(1).split(",")]
+    out += [m.group(1).rstrip(".") for m in _EXAMPLE.finditer(text)]
+    return list(dict.fromkeys(v for v in out if v))
 
 
 def _id_like(key: str) -> bool:
@@ -206,6 +226,11 @@ class _Explorer:
                 found = re.search(r"e\.g\.,?\s*'?([^,;()']+)", str(prop.get("description", "")))
                 if found and not _names_record(arg):
                     self.examples.setdefault(arg, found.group(1).strip())
+        self.suggested = {name: suggested_values(text) for name, text in self.descriptions.items()}
+        """Example values a tool's description offers ("a range such as A1:D3"): a read tool's first probes."""
+        self.hints: dict[str, list[str]] = {}
+        """Values an error offered for the argument it complained about ("countries: FR, DE": ``country``)."""
+        self.last_call: ToolCall | None = None
         self.seen: list[_Seen] = []
         self.probes: dict[tuple[str, str], int] = {}
         """Broad probes used so far per (tool, argument): each draw takes the next one."""
@@ -280,6 +305,9 @@ class _Explorer:
             ok, value = self._fill(singular(arg), items, recent=recent, depth=depth + 1)
             return ok, [value] if ok else None
         values = self._candidates(arg, json_type, recent=recent)
+        hinted = [v for v in (_fits(h, json_type) for h in self.hints.get(arg, ())) if v is not None]
+        if hinted and (not values or self.rng.random() < 0.5):  # what the server said it takes
+            return True, self.rng.choice(hinted)
         if values:
             return True, self.rng.choice(values)
         if _names_record(arg):
@@ -302,9 +330,10 @@ class _Explorer:
         return False, None
 
     def _probe(self, arg: str) -> str:
-        """The next broad value for a read tool's free-text ``arg`` (``_BROAD_PROBES``, then words seen)."""
+        """The next broad value for a read tool's free-text ``arg``: the examples its description offers, then
+        ``_BROAD_PROBES``, then words seen."""
         words = sorted({w for s in self.seen if isinstance(s.value, str) for w in re.findall(r"[A-Za-z]{3,}", s.value)})
-        values = [*_BROAD_PROBES, *words[:50]]
+        values = [*self.suggested.get(self._tool, ()), *_BROAD_PROBES, *words[:50]]
         index = self.probes.get((self._tool, arg), 0)
         self.probes[(self._tool, arg)] = index + 1
         return values[index % len(values)]
@@ -376,6 +405,7 @@ class _Explorer:
             if key not in self.made:
                 break
         self.made.add(key)
+        self.last_call = call
         return call
 
     def _draw(self, phase: str) -> ToolCall:
@@ -410,6 +440,7 @@ class _Explorer:
             if obs.is_error:
                 # "an hour from 8 to 18": try those next; no range named: the smallest counts ("cannot order 20")
                 self.numbers[obs.name] = _numbers_named(obs.content, ranges_only=True) or [1, 2]
+                self._learn_from_error(obs)
                 tool = self.tools.get(obs.name)
                 if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
                     self.dropped.append(obs.name)
@@ -429,6 +460,18 @@ class _Explorer:
             # a bare list of scalars (``list_zones -> ["north", ...]``) holds values of the tool's entity
             _harvest(data, entity if isinstance(data, list) else "", entity, self.step, self.seen)
         self.step += 1
+
+    def _learn_from_error(self, obs: ToolObservation) -> None:
+        """Values the error offers (``suggested_values``) become hints for the argument it names: the one whose
+        value it quotes, else the call's only string argument ("no service to 'country 15'; countries: FR, DE")."""
+        call = self.last_call
+        offered = suggested_values(obs.content)
+        if call is None or call.name != obs.name or not offered or not isinstance(call.arguments, dict):
+            return
+        strings = {a: v for a, v in call.arguments.items() if isinstance(v, str) and not _names_record(a)}
+        named = [a for a, v in strings.items() if v and v in obs.content]
+        for arg in named or (list(strings) if len(strings) == 1 else []):
+            self.hints[arg] = offered
 
 
 def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int, n_breadth: int,
