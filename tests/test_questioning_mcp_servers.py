@@ -214,6 +214,8 @@ def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
     assert clause(renew, "Extend an active permit by some months.", {}) == "extend active permit 2 by 3 months"
     back = ToolCall(name="return_book", arguments={"loan_id": "L1"})  # "Return" acts here: not "tell me a loan"
     assert clause(back, "Return a loan; a late return adds a fine.", {}) == "return loan L1"
+    one = ToolCall(name="get_book", arguments={"book_id": "B101"})  # "One book" -> "book B101": not the verb
+    assert clause(one, "One book: title, author, year.", {}) == "tell me the book B101"
     everyone = ToolCall(name="find_member", arguments={"name": ""})  # a broad probe names no filter
     assert clause(everyone, "Members whose name contains the text.", {}) == (
         "tell me the members whose name contains the text"

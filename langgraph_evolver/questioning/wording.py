@@ -80,6 +80,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
     phrase = _first_clause(description or "")
     if not phrase:
         return _from_name(call, records)
+    leading = phrase.split()[0].lower()  # before a value replaces "One book": "book B1" is not the verb "book"
     rest: list[str] = []
     for arg, value in args.items():
         if value == "":  # a broad search (the explorer's first probe): no filter to name
@@ -102,9 +103,9 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
     words = phrase.split()
     first = words[0].lower() if words else ""
     reads = tool_kind(call.name, description) == "read"
-    if first in _QUESTION_VERBS and reads:  # "Returns the fee ..." asks for something ("Return a loan" does not)
+    if leading in _QUESTION_VERBS and reads:  # "Returns the fee ..." asks for something ("Return a loan" does not)
         phrase = "tell me " + " ".join(words[1:])
-    elif first not in _IMPERATIVE and reads:  # a noun phrase: a question
+    elif leading not in _IMPERATIVE and reads:  # a noun phrase: a question
         lead = "" if first in ("the", "a", "an", "one", "every", "all") else "the "
         phrase = f"tell me {lead}{phrase[:1].lower()}{phrase[1:]}"
     else:
