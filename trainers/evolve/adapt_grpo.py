@@ -86,7 +86,8 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
         deadline = time.monotonic() + run.budget_s("grpo")
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
-            bar.update(_steps_logged(train_dir) - bar.n)
+            if (done := _steps_logged(train_dir)) > bar.n:  # a bar redrawn only on a step (a log line per second)
+                bar.update(done - bar.n)
         if proc.poll() is None:  # out of time: finish the step, save it, stop
             proc.terminate()
             try:
