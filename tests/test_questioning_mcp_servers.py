@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -90,17 +91,21 @@ def test_an_order_only_in_structured_content_reaches_the_agent_and_the_explorer(
 # -- exploration reaches the write tools -----------------------------------------------------------------------
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("server", sorted(WRITES))
-def test_exploration_reaches_the_write_tools_of_every_style(server):
-    writes, needs_id = WRITES[server]
-    name = spec(server)
+def explored_calls(name: str) -> list[tuple[ToolCall, Any]]:
+    """(call, observation) of one seeded exploration of the environment ``name``."""
     env = load_environment(name)
     try:
         trajectory = explore(env, exploration_task(None, env=name, seed=0), seed=0)
     finally:
         env.close()
-    pairs = [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+    return [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("server", sorted(WRITES))
+def test_exploration_reaches_the_write_tools_of_every_style(server):
+    writes, needs_id = WRITES[server]
+    pairs = explored_calls(spec(server))
     ok = {c.name for c, o in pairs if not o.is_error}
     assert len(ok & writes) >= 2 and needs_id in ok, (server, sorted(ok))
 
@@ -110,13 +115,7 @@ def test_ids_that_only_a_search_returns_are_found_with_broad_probes():
     """``search_people(query)`` is the only way to an id: the explorer's free text for a read tool starts broad
     (the empty string, then common letters), so the search answers with people and their ids open the rest; a
     value an error lists ("statuses: away, busy, free") fills that argument next time."""
-    name = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}"
-    env = load_environment(name)
-    try:
-        trajectory = explore(env, exploration_task(None, env=name, seed=0), seed=0)
-    finally:
-        env.close()
-    pairs = [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+    pairs = explored_calls(f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}")
     searches = [c.arguments["query"] for c, _ in pairs if c.name == "search_people"]
     assert searches and searches[0] == "", searches  # the broadest probe first
     ok = {c.name for c, o in pairs if not o.is_error}
