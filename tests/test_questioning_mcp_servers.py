@@ -125,6 +125,54 @@ def test_ids_that_only_a_search_returns_are_found_with_broad_probes():
     assert any(not failed for _, failed in statuses), statuses
 
 
+@pytest.mark.timeout(300)
+def test_a_tool_an_error_names_is_called_first_then_the_failed_call_again():
+    """``invite`` fails while dues are owed ("Ada Lovelace owes 2.50 in dues; pay_dues first"): the explorer
+    pays with the amount the error names for the same person, then invites again, and the invitation goes
+    through. A random amount never pays exactly 2.50, 3.50 or 1.25."""
+    pairs = explored_calls(f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}")
+    names = [c.name for c, _ in pairs]
+    for i, (call, obs) in enumerate(pairs[:-2]):
+        if call.name == "invite" and obs.is_error and "pay_dues first" in obs.content:
+            paid, again = pairs[i + 1], pairs[i + 2]
+            assert paid[0].name == "pay_dues" and paid[0].arguments["person_id"] == call.arguments["person_id"]
+            assert not paid[1].is_error, paid[1].content
+            assert again[0].name == "invite" and again[0].arguments == call.arguments and not again[1].is_error
+            break
+    else:
+        pytest.fail(f"no invite failed for dues and was retried: {names}")
+
+
+@pytest.mark.timeout(600)
+def test_synthesized_requests_name_records_and_their_reference_looks_them_up():
+    """People ask "message Grace Hopper", not "message person P8": a task may name a record by its name, and
+    then its reference begins with the lookup that finds the id (the search, with that name), checked on
+    replay. A lookup that does not find the record makes the task infeasible."""
+    import dataclasses
+
+    from langgraph_evolver.questioning.filters import check_feasibility
+    from langgraph_evolver.questioning.synthesize import RESOLVES_KEY
+
+    name = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}"
+    tasks, _ = synthesize_tasks(name, 12, embeddings=DeterministicFakeEmbedding(size=32), max_explorations=4,
+                                progress=False)  # fmt: skip
+    named = [t for t in tasks if t.metadata.get(RESOLVES_KEY)]
+    assert named, [t.query for t in tasks]
+    people = {"P7": "Ada Lovelace", "P8": "Grace Hopper", "P9": "Alan Turing"}
+    for task in named:
+        for index, record in task.metadata[RESOLVES_KEY]:
+            lookup = task.reference_solution[index]
+            assert lookup.name == "search_people" and lookup.arguments["query"] == people[record], task
+            assert people[record] in task.query and record not in task.query, task.query
+    task = named[0]
+    index = task.metadata[RESOLVES_KEY][0][0]
+    wrong = [*task.reference_solution]
+    wrong[index] = ToolCall(name="search_people", arguments={"query": "Nobody Here"})
+    broken = dataclasses.replace(task, reference_solution=tuple(wrong))
+    reason, _ = check_feasibility(broken, lambda t: load_environment(t.env))
+    assert reason == "a lookup does not find the record the request names"
+
+
 # -- the whole pipeline ----------------------------------------------------------------------------------------
 
 

@@ -231,6 +231,9 @@ class _Explorer:
         self.hints: dict[str, list[str]] = {}
         """Values an error offered for the argument it complained about ("countries: FR, DE": ``country``)."""
         self.last_call: ToolCall | None = None
+        self.queue: list[ToolCall] = []
+        """Calls to make next: a tool an error said to call first, then the failed call (``_learn_prerequisite``)."""
+        self.retried: dict[str, int] = {}
         self.seen: list[_Seen] = []
         self.probes: dict[tuple[str, str], int] = {}
         """Broad probes used so far per (tool, argument): each draw takes the next one."""
@@ -398,7 +401,14 @@ class _Explorer:
 
     def next_call(self, phase: str) -> ToolCall:
         """The next call; one already made with the same arguments is drawn again (up to 3 draws): it would read
-        the same result, or write nothing new ("revoke permit 1" twice) or fail."""
+        the same result, or write nothing new ("revoke permit 1" twice) or fail. A queued call goes first."""
+        if self.queue:
+            queued = self.queue.pop(0)
+            call = ToolCall(name=queued.name, arguments=queued.arguments, id=f"explore_{self.step}")
+            self.made.add((call.name, json.dumps(call.arguments, sort_keys=True, default=str)))
+            self.used.append(call.name)
+            self.last_call = call
+            return call
         for _ in range(3):
             call = self._draw(phase)
             key = (call.name, json.dumps(call.arguments, sort_keys=True, default=str))
@@ -441,6 +451,7 @@ class _Explorer:
                 # "an hour from 8 to 18": try those next; no range named: the smallest counts ("cannot order 20")
                 self.numbers[obs.name] = _numbers_named(obs.content, ranges_only=True) or [1, 2]
                 self._learn_from_error(obs)
+                self._learn_prerequisite(obs)
                 tool = self.tools.get(obs.name)
                 if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
                     self.dropped.append(obs.name)
@@ -472,6 +483,37 @@ class _Explorer:
         named = [a for a, v in strings.items() if v and v in obs.content]
         for arg in named or (list(strings) if len(strings) == 1 else []):
             self.hints[arg] = offered
+
+    def _learn_prerequisite(self, obs: ToolObservation) -> None:
+        """An error that names another tool ("owes a fine of 1.50; pay_fine first") queues that tool, with the
+        arguments it shares with the failed call and the amounts the error names, then the failed call again
+        (twice per tool at most)."""
+        call = self.last_call
+        if call is None or call.name != obs.name or not isinstance(call.arguments, dict) or self.queue:
+            return
+        if self.retried.get(call.name, 0) >= _MAX_RETRIES or any(
+            isinstance(v, str) and v.startswith("unknown-") for v in call.arguments.values()
+        ):  # an id it never had: calling another tool first would not make the same call work
+            return
+        text = obs.content.replace(f"tool {call.name}", "")  # "Error executing tool borrow: ..." names itself
+        named = [n for n in self.tools if n != call.name and re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", text)]
+        if not named:
+            return
+        first = named[0]
+        args = self.arguments(first, recent=True)
+        amounts = [float(x) for x in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", text)]
+        for arg, prop in self.tools[first]["props"].items():
+            if arg in call.arguments:
+                args[arg] = call.arguments[arg]
+            elif amounts and _json_type(prop) in ("number", "integer") and not _names_record(arg):
+                value = amounts[0] if _json_type(prop) == "number" else round(amounts[0])
+                args[arg] = int(value) if float(value).is_integer() and _json_type(prop) == "integer" else value
+        self.retried[call.name] = self.retried.get(call.name, 0) + 1
+        self.queue = [ToolCall(name=first, arguments=args), ToolCall(name=call.name, arguments=dict(call.arguments))]
+
+
+_MAX_RETRIES = 2
+"""How often one tool's failed call is retried after the prerequisite its error named."""
 
 
 def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int, n_breadth: int,

@@ -37,6 +37,7 @@ from langgraph_evolver.types import Action, Task
 
 from ..environment import TaskEnvironmentFactory
 from .profile import tool_kind
+from .synthesize import RESOLVES_KEY
 
 __all__ = [
     "DuplicateIndex",
@@ -204,17 +205,23 @@ def check_feasibility(
     info: dict[str, Any] = {"score": None, "state_changed": False, "read": False}
     by_replay = bool(getattr(env, "scores_synthetic_by_replay", False))
     observations: list[str] = []
+    per_call: list[str] = []
     try:
         env.reset(task)
         before = fingerprint(env)
         for call in task.reference_solution or ():
             result = env.step(Action(tool_calls=(call,)))
+            per_call.append("\n".join(obs.content for obs in result.observations))
             for obs in result.observations:
                 if obs.is_error:
                     return f"error observation from {call.name}", info
                 observations.append(obs.content)
                 if tool_kind(call.name) == "read" and obs.content.strip().lower() not in _EMPTY:
                     info["read"] = True
+        for index, value in task.metadata.get(RESOLVES_KEY) or ():  # a request that names a record: its lookup
+            found = index < len(per_call) and re.search(rf"(?<![\w-]){re.escape(str(value))}(?![\w-])", per_call[index])
+            if not found:
+                return "a lookup does not find the record the request names", info
         info["state_changed"] = fingerprint(env) != before
         if not info["state_changed"] and not info["read"]:
             return "no state change and nothing read", info

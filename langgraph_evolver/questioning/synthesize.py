@@ -25,9 +25,9 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
-from .wording import describe_with_descriptions, record_names
+from .wording import describe_with_descriptions, id_argument, record_names
 
-__all__ = ["SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
+__all__ = ["RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
 
 SYNTHESIZER_NAME = "offline-schema"
 Describer = Callable[[Sequence[tuple[ToolCall, ToolObservation]]], "str | None"]
@@ -114,13 +114,8 @@ def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
     return any(re.search(rf"(?<![\w-]){re.escape(str(v))}(?![\w-])", obs.content) for v in values)
 
 
-def _names_id(obs: ToolObservation, call: ToolCall) -> bool:
-    """Whether ``obs`` holds one of ``call``'s id arguments as a record's id (under ``id`` or ``<x>_id``, or named
-    in prose: "permit 3 revoked"), not merely the same digits elsewhere (a zone's ``"cap": 2``)."""
-    args = call.arguments if isinstance(call.arguments, dict) else {}
-    wanted = {str(v) for k, v in args.items() if k.endswith("_id") or k == "id"}
-    if not wanted:
-        return False
+def _record_ids(obs: ToolObservation) -> set[str]:
+    """The ids ``obs`` holds as records' ids (under ``id`` or ``<x>_id``), not the same digits elsewhere."""
     found: set[str] = set()
 
     def visit(value: Any) -> None:
@@ -134,7 +129,81 @@ def _names_id(obs: ToolObservation, call: ToolCall) -> bool:
                 visit(v)
 
     visit(read_result(obs.content))
-    return bool(found & wanted)
+    return found
+
+
+def _names_id(obs: ToolObservation, call: ToolCall) -> bool:
+    """Whether ``obs`` holds one of ``call``'s id arguments as a record's id (under ``id`` or ``<x>_id``), not
+    merely the same digits elsewhere (a zone's ``"cap": 2``)."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    wanted = {str(v) for k, v in args.items() if k.endswith("_id") or k == "id"}
+    return bool(wanted) and bool(_record_ids(obs) & wanted)
+
+
+RESOLVES_KEY = "resolves"
+"""``task.metadata`` key of a task that names records instead of giving their ids: ``[[i, id], ...]``, reference
+call ``i`` is the lookup that finds ``id`` (feasibility checks that its replayed result holds that id)."""
+_SEARCH_ARGS = ("query", "q", "name", "title", "search", "text", "term", "keyword")
+
+
+def _lookup_for(
+    pairs: Sequence[tuple[ToolCall, ToolObservation]], value: str, name: str, writes: Callable[[str], bool]
+) -> ToolCall | None:
+    """A read that finds record ``value`` from its ``name``: a call of the exploration that showed the record and
+    needs no id itself, its free-text argument set to the name (``search_books(query="")`` ->
+    ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it."""
+    listing = None
+    for call, obs in pairs:
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        if writes(call.name) or any(id_argument(k) for k in args) or value not in _record_ids(obs):
+            continue
+        if list(record_names([obs]).values()).count(name) > 1:  # two records answer to that name here
+            continue
+        text = [k for k, v in args.items() if isinstance(v, str)]
+        if text:
+            key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), text[0])
+            return ToolCall(name=call.name, arguments={**args, key: name})
+        if listing is None:
+            listing = ToolCall(name=call.name, arguments=dict(args))
+    return listing
+
+
+def _named(
+    pairs: Sequence[tuple[ToolCall, ToolObservation]],
+    chosen: Sequence[tuple[ToolCall, ToolObservation]],
+    records: dict[str, str],
+    writes: Callable[[str], bool],
+) -> tuple[list[ToolCall], dict[str, str], list[list[Any]]]:
+    """How ``chosen`` reads when it names records as people do ("lend 'Beloved' to 'Chloe Martin'"): the lookups
+    to put first, ``{id: name}`` for the ids the request names, and which lookup finds which id. An id is named
+    only when a lookup finds it and no other record it lists by that name, and no earlier call of the task
+    produced it."""
+    names: dict[str, str] = {}
+    lookups: list[ToolCall] = []
+    resolves: list[list[Any]] = []
+    own = {(c.name, normalized_arguments(c.arguments)) for c, _ in chosen}
+    signatures: list[tuple[str, str]] = []
+    earlier = ""
+    for call, obs in chosen:
+        for key, raw in (call.arguments if isinstance(call.arguments, dict) else {}).items():
+            value, name = str(raw), records.get(str(raw), "")
+            if not id_argument(key) or value in names or not name or name == value:
+                continue
+            if re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", earlier):
+                continue
+            lookup = _lookup_for(pairs, value, name, writes)
+            if lookup is None:
+                continue
+            signature = (lookup.name, normalized_arguments(lookup.arguments))
+            if signature in own:
+                continue
+            if signature not in signatures:
+                signatures.append(signature)
+                lookups.append(lookup)
+            names[value] = name
+            resolves.append([signatures.index(signature), value])
+        earlier += "\n" + obs.content
+    return lookups, names, resolves
 
 
 _CREATES = frozenset({"create", "add", "new", "save", "send", "book", "post", "request", "insert"})
@@ -224,45 +293,54 @@ def synthesize(
         chosen = [pairs[j] for j in index]
         if not all(_useful(p) for p in chosen) or _repeats_a_call(chosen):
             continue
-        reference = tuple(
-            ToolCall(name=c.name, arguments=dict(c.arguments) if isinstance(c.arguments, dict) else c.arguments)
-            for c, _ in chosen
-        )
-        key = json.dumps(
-            [
-                trajectory.task.env,
-                trajectory.task.env_params,
-                *([carried["setup"]] if "setup" in carried else []),
-                [c.to_dict() for c in reference],
-            ],
-            sort_keys=True,
-            default=str,
-        )
-        digest = hashlib.sha1(key.encode()).hexdigest()
-        task_id = f"synthetic-{digest[:16]}"
-        if task_id in tasks:
-            continue
-        query = describer(chosen) if describer is not None else None
-        if not query and descriptions:
-            query = describe_with_descriptions(chosen, descriptions, records, seed=seed + int(digest[:8], 16))
-        if not query:
-            query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
-        tasks[task_id] = Task(
-            id=task_id,
-            query=query,
-            env=trajectory.task.env,
-            env_params=json.loads(json.dumps(trajectory.task.env_params, default=str)),
-            reference_solution=reference,
-            source="synthetic",
-            metadata={
-                "level": len(reference),
-                "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
-                "exploration_id": trajectory.id,
-                "synthesizer": SYNTHESIZER_NAME if describer is None else f"{SYNTHESIZER_NAME}+describer",
-                **carried,
-                **({SNAPSHOT_KEY: probes} if probes and trajectory.metadata.get("task_setup") else {}),
-            },
-        )
+        variants: list[tuple[list[ToolCall], dict[str, str], list[list[Any]]]] = [([], {}, [])]
+        if descriptions and describer is None:  # also as people ask: records by name, their lookups first
+            named = _named(pairs, chosen, records, writes)
+            if named[1]:
+                variants.append(named)
+        for lookups, names, resolves in variants:
+            reference = (*lookups, *(
+                ToolCall(name=c.name, arguments=dict(c.arguments) if isinstance(c.arguments, dict) else c.arguments)
+                for c, _ in chosen
+            ))  # fmt: skip
+            key = json.dumps(
+                [
+                    trajectory.task.env,
+                    trajectory.task.env_params,
+                    *([carried["setup"]] if "setup" in carried else []),
+                    [c.to_dict() for c in reference],
+                ],
+                sort_keys=True,
+                default=str,
+            )
+            digest = hashlib.sha1(key.encode()).hexdigest()
+            task_id = f"synthetic-{digest[:16]}"
+            if task_id in tasks:
+                continue
+            query = describer(chosen) if describer is not None else None
+            if not query and descriptions:
+                query = describe_with_descriptions(
+                    chosen, descriptions, records, seed=seed + int(digest[:8], 16), names=names
+                )
+            if not query:
+                query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
+            tasks[task_id] = Task(
+                id=task_id,
+                query=query,
+                env=trajectory.task.env,
+                env_params=json.loads(json.dumps(trajectory.task.env_params, default=str)),
+                reference_solution=reference,
+                source="synthetic",
+                metadata={
+                    "level": len(reference),
+                    "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
+                    "exploration_id": trajectory.id,
+                    "synthesizer": SYNTHESIZER_NAME if describer is None else f"{SYNTHESIZER_NAME}+describer",
+                    **carried,
+                    **({SNAPSHOT_KEY: probes} if probes and trajectory.metadata.get("task_setup") else {}),
+                    **({RESOLVES_KEY: resolves} if resolves else {}),
+                },
+            )
     out = list(tasks.values())
     if max_tasks is not None and len(out) > max_tasks:
         out = random.Random(seed).sample(out, max_tasks)

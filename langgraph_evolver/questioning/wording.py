@@ -34,7 +34,7 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
 
-__all__ = ["clause", "describe_with_descriptions", "record_names"]
+__all__ = ["clause", "describe_with_descriptions", "id_argument", "record_names"]
 
 _ID_SUFFIXES = ("_id", "_code", "_number", "_key")
 _NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
@@ -54,6 +54,11 @@ def _first_clause(description: str) -> str:
     return text.strip().rstrip(".,")
 
 
+def id_argument(arg: str) -> bool:
+    """Whether an argument holds a record's id by its name (``id``, ``book_id``, ``order_code``, ``order_number``)."""
+    return arg == "id" or (arg.endswith(_ID_SUFFIXES) and not any(arg == s for s in _ID_SUFFIXES))
+
+
 def _noun(arg: str) -> str:
     for suffix in _ID_SUFFIXES:
         if arg.endswith(suffix) and len(arg) > len(suffix):
@@ -61,9 +66,12 @@ def _noun(arg: str) -> str:
     return arg.replace("_", " ")
 
 
-def _shown(arg: str, value: Any, records: Mapping[Any, str]) -> str:
-    """How a value reads in a request: ids as they are (and the record's name), other strings quoted."""
+def _shown(arg: str, value: Any, records: Mapping[Any, str], names: Mapping[str, str] | None = None) -> str:
+    """How a value reads in a request: ids as they are (and the record's name), other strings quoted; an id in
+    ``names`` by its name alone (the request names the record, the agent looks its id up)."""
     text = str(value)
+    if names and text in names:
+        return f"'{names[text]}'"
     if arg == "id" or arg.endswith(_ID_SUFFIXES) or re.fullmatch(r"[A-Z]*-?\d[\w-]*|\d+(?:\.\d+)?", text):
         name = records.get(text)
         return f"{text} ({name})" if name and name != text else text
@@ -74,19 +82,20 @@ def _shown(arg: str, value: Any, records: Mapping[Any, str]) -> str:
     return f"'{text}'"
 
 
-def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
-    """One call as a request, from its tool's description (see the module docstring); lower case first."""
+def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: Mapping[str, str] | None = None) -> str:
+    """One call as a request, from its tool's description (see the module docstring); lower case first. Ids in
+    ``names`` are shown by their record's name only."""
     args = call.arguments if isinstance(call.arguments, dict) else {}
     phrase = _first_clause(description or "")
     if not phrase:
-        return _from_name(call, records)
+        return _from_name(call, records, names)
     leading = phrase.split()[0].lower()  # before a value replaces "One book": "book B1" is not the verb "book"
     rest: list[str] = []
     for arg, value in args.items():
         if value == "":  # a broad search (the explorer's first probe): no filter to name
             continue
         noun = _noun(arg)
-        shown = _shown(arg, value, records)
+        shown = _shown(arg, value, records, names)
         numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
         found = re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(noun)}(s?)(?![\w-])", phrase, re.I)
         amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
@@ -115,11 +124,11 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str]) -> str:
     return phrase
 
 
-def _from_name(call: ToolCall, records: Mapping[Any, str]) -> str:
+def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, str] | None = None) -> str:
     """A request from the tool's name when it has no description: its words, then the arguments."""
     args = call.arguments if isinstance(call.arguments, dict) else {}
     words = call.name.replace("_", " ").strip()
-    parts = [f"{_noun(k)} {_shown(k, v, records)}" for k, v in args.items()]
+    parts = [f"{_noun(k)} {_shown(k, v, records, names)}" for k, v in args.items()]
     verb = words.split(" ", 1)[0].lower()
     if words == verb and tool_kind(call.name) == "write":  # "cancel" + booking_id: "cancel booking B1"
         return f"{verb} " + " and ".join(parts) if parts else verb
@@ -156,10 +165,12 @@ def describe_with_descriptions(
     records: Mapping[Any, str],
     *,
     seed: int = 0,
+    names: Mapping[str, str] | None = None,
 ) -> str:
-    """A request for a sequence of calls, worded from the tools' descriptions and the records' names."""
+    """A request for a sequence of calls, worded from the tools' descriptions and the records' names (ids in
+    ``names`` by their name alone)."""
     rng = random.Random(seed)
-    clauses = [clause(call, descriptions.get(call.name, ""), records) for call, _ in pairs]
+    clauses = [clause(call, descriptions.get(call.name, ""), records, names) for call, _ in pairs]
     opening = rng.choice(_OPENINGS)
     joiners = [j for j in _JOINERS if not (opening == "Could you " and j.startswith("."))]
     text = clauses[0]
