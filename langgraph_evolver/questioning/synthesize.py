@@ -5,7 +5,10 @@ successful calls that change state or read something non-empty, and writes a tas
 the query is phrased generically from the tool names, arguments and the entity they act on (or
 by a per-environment ``describer``), the reference solution is the calls themselves, and the
 world is the exploration's (``env`` and ``env_params``), so a fresh instance rebuilds it. The
-checker of such a task is the state its reference produces (feasibility-filtered afterwards).
+checker of such a task is the state its reference produces (feasibility-filtered afterwards). With
+tool descriptions, a sequence whose ids have records' names is also written as people ask, naming
+the records ("lend 'Song of Solomon' to 'Ada Novak'"), its reference preceded by the lookups that
+find the ids (``_named``; ``metadata["resolves"]``, checked on replay).
 
 It never looks at an environment's seed-task templates; ``phrasing_overlap`` measures how close
 the synthetic queries are to the seed queries anyway, so "synthetic ≈ seed" can be checked.
