@@ -21,48 +21,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PY:-python}
-R=${R:-runs/r42}
-CONFIG=${CONFIG:-examples/smollm2_cpu.yaml}
-STEPS=${STEPS:-100}
-EVAL_SEED=${EVAL_SEED:-42}
-TEST_N=${TEST_N:-75}
-VAL=${VAL:-validation:75}
-RL=${RL:-rl:600}
+source benchmarks/real_model_common.sh   # PY R CONFIG STEPS EVAL_SEED TEST_N VAL RL, say, grpo_run, evaluate_on
 ARMS=${ARMS:-"adca navigation questioning"}
 CHECK_EVERY=${CHECK_EVERY:-20}
 SYNTH_TASKS=${SYNTH_TASKS:-300}
 BASE=${BASE:-checkpoints/smollm2-warm}
 OUT=${OUT:-benchmarks/results/real_model.json}
-say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 [ -f "$R/sweep/chosen.json" ] || { say "no $R/sweep/chosen.json: run benchmarks/real_model_runs.sh first"; exit 1; }
 read -r LR GENS RANK < <($PY -c "import json,sys; n=json.load(open(sys.argv[1]))['run'].split('_'); \
 print(n[0][2:], n[1][1:], n[2][1:])" "$R/sweep/chosen.json")
 say "settings chosen on validation: lr $LR, $GENS rollouts per task, LoRA r $RANK"
 
-evaluate() {  # out split n [adapter]
-    [ -f "$1/summary.json" ] && return
-    say "evaluating ${4:-the warm start} on $2 x 4, seed $EVAL_SEED"
-    $PY -m trainers.evaluate --config "$CONFIG" --model_path "$BASE" ${4:+--adapter "$4"} --split "$2" \
-        --limit "$3" --k 4 --seed "$EVAL_SEED" --server_threads 1 --quiet --output_dir "$1"
+evaluate() {  # out split [adapter]
+    evaluate_on "$1" "$2" "$BASE" "${3:-}"
 }
 
 arm() {  # name, then its own trainers.grpo flags
     local name=$1 out="$R/$1-s0"
     shift
-    if ! { [ -f "$out/summary.json" ] && [ -f "$out/final/adapter_config.json" ]; }; then
-        local cmd=("$PY" -m trainers.grpo --config "$CONFIG" --model_name_or_path "$BASE" --task_split "$RL"
-            --dynamic_sampling true --max_refill_rounds 2 --save_steps 5 --save_total_limit 2
-            --resume_from_checkpoint auto --output_dir "$out" --seed 0 --max_steps "$STEPS"
-            --learning_rate "$LR" --num_generations "$GENS" --lora_r "$RANK" --lora_alpha $((RANK * 2))
-            --eval_before false --eval_after false "$@")
-        mkdir -p "$out"
-        echo "${cmd[*]}" > "$out/command.txt"
-        say "${cmd[*]}"
-        "${cmd[@]}"
-    fi
-    evaluate "$R/eval/$name-s0" "test:$TEST_N" "$TEST_N" "$out/final"
+    grpo_run "$out" "$BASE" --seed 0 --max_steps "$STEPS" --learning_rate "$LR" --num_generations "$GENS" \
+        --lora_r "$RANK" --lora_alpha $((RANK * 2)) --eval_before false --eval_after false "$@"
+    evaluate "$R/eval/$name-s0" "test:$TEST_N" "$out/final"
     $PY -m trainers.paired --before "$R/eval/warm" --after "$R/eval/$name-s0"
     $PY -m benchmarks.real_model record --arm "$name" --seed 0 --run "$out" --before "$R/eval/warm" \
         --after "$R/eval/$name-s0" --base "$BASE" --adapter "$out/final" --rl "sandbox:$RL" --out "$OUT"
@@ -74,9 +54,9 @@ for A in $ARMS; do
         # keep a checkpoint every CHECK_EVERY steps (the last flags win over arm()'s own)
         arm adca --attribution '{"alpha": 0.1, "judge": "reference"}' --save_steps "$CHECK_EVERY" \
             --save_total_limit $((STEPS / CHECK_EVERY + 1))
-        evaluate "$R/eval/val-grpo-s0" "$VAL" "${VAL#*:}" "$R/grpo-s0/final"
+        evaluate "$R/eval/val-grpo-s0" "$VAL" "$R/grpo-s0/final"
         for ckpt in "$R"/adca-s0/checkpoint-*; do
-            [ -f "$ckpt/adapter_config.json" ] && evaluate "$R/eval/val-adca-s0-${ckpt##*-}" "$VAL" "${VAL#*:}" "$ckpt"
+            [ -f "$ckpt/adapter_config.json" ] && evaluate "$R/eval/val-adca-s0-${ckpt##*-}" "$VAL" "$ckpt"
         done
         $PY - "$R" "$STEPS" <<'EOF'
 import json, sys

@@ -16,25 +16,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PY:-python}
-R=${R:-runs/r42}
-CONFIG=${CONFIG:-examples/smollm2_cpu.yaml}
-STEPS=${STEPS:-100}
+source benchmarks/real_model_common.sh   # PY R CONFIG STEPS EVAL_SEED TEST_N VAL RL, say, grpo_run, evaluate_on
 SWEEP_STEPS=${SWEEP_STEPS:-20}
 SEEDS=${SEEDS:-"0 1"}
-EVAL_SEED=${EVAL_SEED:-42}
-TEST_N=${TEST_N:-75}
 EXAMPLES=${EXAMPLES:-3000}
-RL=${RL:-rl:600}
-VAL=${VAL:-validation:75}
-SWEEP_POINTS=${SWEEP_POINTS:-"lr1e-4_g8_r16 lr2e-4_g8_r16 lr5e-5_g8_r16 lr1e-4_g4_r16 lr1e-4_g8_r8"}
+SWEEP_POINTS=${SWEEP_POINTS:-"lr1e-4_g8_r16 lr2e-4_g8_r16 lr5e-5_g8_r16 lr1e-4_g4_r16"}  # + lr1e-4_g8_r8 where time allows
 WARM_MINUTES=${WARM_MINUTES:-40}
 WARM_EVAL_EVERY=${WARM_EVAL_EVERY:-20}   # minutes; each evaluation (HF generate, 8 turns) counts against WARM_MINUTES
 WARM_EVAL_TASKS=${WARM_EVAL_TASKS:-16}
 TEMPLATE=${TEMPLATE:-compact_doc}   # descriptions and argument types (docs/transfer.md): one warm start for issues 42 and 43
 SYNTH=${SYNTH:-0.5}                # share of chats from generated tool domains (trainers/synthetic_domains.py)
-mkdir -p "$R"
-say() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 # 1. warm start on the sft pool (records supervised_tasks.json beside the adapter)
 if [ ! -f "$R/warm/warm_start_summary.json" ]; then
@@ -45,34 +36,15 @@ if [ ! -f "$R/warm/warm_start_summary.json" ]; then
 fi
 $PY -m trainers.pools recipe --examples "$EXAMPLES" --rl "${RL#rl:}" --test "$TEST_N"   # must print 0, 0
 
-# GRPO on the rl pool, dynamic sampling on; $1 = output dir, the rest = its own flags
-grpo() {
-    local out=$1
-    shift
-    if [ -f "$out/summary.json" ] && [ -f "$out/final/adapter_config.json" ]; then
-        return
-    fi
-    local cmd=("$PY" -m trainers.grpo --config "$CONFIG" --model_name_or_path "$R/warm" --task_split "$RL"
-        --dynamic_sampling true --max_refill_rounds 2 --save_steps 5 --save_total_limit 2
-        --resume_from_checkpoint auto --output_dir "$out" "$@")
-    mkdir -p "$out"
-    echo "${cmd[*]}" > "$out/command.txt"
-    say "${cmd[*]}"
-    "${cmd[@]}"
-}
-
 # 2. the validation sweep: one knob at a time around lr 1e-4, 8 rollouts per task, LoRA r 16. The warm start
 # is evaluated on validation once (every point's "before" is the same seeded evaluation), each point once
 # after its GRPO run, and the two are paired by trainers.paired.
 validate() {  # out [adapter]
-    [ -f "$1/summary.json" ] && return
-    say "validating ${2:-the warm start} on $VAL x 4, seed $EVAL_SEED"
-    $PY -m trainers.evaluate --config "$CONFIG" --model_path "$R/warm" ${2:+--adapter "$2"} --split "$VAL" \
-        --limit "${VAL#*:}" --k 4 --seed "$EVAL_SEED" --server_threads 1 --quiet --output_dir "$1"
+    evaluate_on "$1" "$VAL" "$R/warm" "${2:-}"
 }
 validate "$R/eval/val-warm"
 sweep_point() {  # name lr generations rank
-    grpo "$R/sweep/$1" --seed 0 --max_steps "$SWEEP_STEPS" --learning_rate "$2" --num_generations "$3" \
+    grpo_run "$R/sweep/$1" "$R/warm" --seed 0 --max_steps "$SWEEP_STEPS" --learning_rate "$2" --num_generations "$3" \
         --lora_r "$4" --lora_alpha $(($4 * 2)) --eval_before false --eval_after false
     validate "$R/eval/val-$1" "$R/sweep/$1/final"
     [ -f "$R/sweep/$1/paired.json" ] ||
@@ -101,9 +73,18 @@ EOF
 [ -n "${RANK:-}" ] || { say "no sweep point to choose from"; exit 1; }
 say "chosen on validation: lr $LR, $GENS rollouts per task, LoRA r $RANK"
 
-# 3. the final runs, no evaluation inside (the paired one below reads test once per run)
+# 3. the final runs, no evaluation inside (the paired one below reads test once per run). The chosen point is
+# seed 0's first SWEEP_STEPS steps (same seed, flags and pool; a constant learning rate): seed 0 continues it.
+CHOSEN=$($PY -c "import json, sys; print(json.load(open(sys.argv[1]))['run'])" "$R/sweep/chosen.json")
 for S in $SEEDS; do
-    grpo "$R/grpo-s$S" --seed "$S" --max_steps "$STEPS" --learning_rate "$LR" --num_generations "$GENS" \
+    if [ "$S" = 0 ] && [ ! -d "$R/grpo-s0" ] && [ -d "$R/sweep/$CHOSEN/checkpoint-$SWEEP_STEPS" ]; then
+        say "seed 0 continues the chosen sweep point $CHOSEN from its step $SWEEP_STEPS"
+        mkdir -p "$R/grpo-s0"
+        cp -r "$R/sweep/$CHOSEN/checkpoint-$SWEEP_STEPS" "$R/grpo-s0/"
+        cp "$R/sweep/$CHOSEN/metrics.jsonl" "$R/grpo-s0/" 2>/dev/null || true
+        echo "$R/sweep/$CHOSEN/checkpoint-$SWEEP_STEPS" > "$R/grpo-s0/continued_from.txt"
+    fi
+    grpo_run "$R/grpo-s$S" "$R/warm" --seed "$S" --max_steps "$STEPS" --learning_rate "$LR" --num_generations "$GENS" \
         --lora_r "$RANK" --lora_alpha $((RANK * 2)) --eval_before false --eval_after false
 done
 
@@ -132,12 +113,7 @@ done
 
 # 5. paired, seeded evaluation on the test pool (1 server thread), and the record
 evaluate() {  # name [adapter]
-    local out="$R/eval/$1"
-    [ -f "$out/summary.json" ] && return
-    say "evaluating $1 on test:$TEST_N x 4, seed $EVAL_SEED"
-    $PY -m trainers.evaluate --config "$CONFIG" --model_path checkpoints/smollm2-warm ${2:+--adapter "$2"} \
-        --split "test:$TEST_N" --limit "$TEST_N" --k 4 --seed "$EVAL_SEED" --server_threads 1 --quiet \
-        --output_dir "$out"
+    evaluate_on "$R/eval/$1" "test:$TEST_N" checkpoints/smollm2-warm "${2:-}"
 }
 evaluate warm
 for S in $SEEDS; do
