@@ -15,7 +15,7 @@ import pytest
 
 from langgraph_evolver.types import Task, ToolCall
 from trainers.evolve.__main__ import main
-from trainers.evolve.adapt_data import PARTS, signature, split_tasks
+from trainers.evolve.adapt_data import PARTS, family, signature, split_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = f"mcp:python {ROOT / 'examples' / 'mcp_servers' / 'rooms_plain.py'}"
@@ -33,13 +33,13 @@ HELDOUT = [  # written by hand for rooms_plain.py, in the MCP tasks format a use
 ]  # fmt: skip
 
 
-def _task(tid: str, query: str, *calls: str) -> Task:
-    return Task(id=tid, query=query, reference_solution=tuple(ToolCall(name=c, arguments={"x": 1}) for c in calls))
+def _task(tid: str, query: str, *calls: str, x: int = 1) -> Task:
+    return Task(id=tid, query=query, reference_solution=tuple(ToolCall(name=c, arguments={"x": x}) for c in calls))
 
 
 def test_the_split_keeps_one_signature_in_one_part():
-    tasks = [_task(f"t{i}", f"do thing {i}", "a", "b") for i in range(12)]
-    tasks += [_task("twin", "DO  thing 3", "a", "b"), _task("t0", "a repeated id", "c")]  # t3's twin; t0 again
+    tasks = [_task(f"t{i}", f"do thing {i}", "a", "b", x=i) for i in range(12)]
+    tasks += [_task("twin", "DO  thing 3", "a", "b", x=3), _task("t0", "a repeated id", "c")]  # t3's twin; t0 again
     parts = split_tasks(tasks, (0.4, 0.4, 0.2), seed=0)
     where = {t.id: name for name in PARTS for t in parts[name]}
     assert where["twin"] == where["t3"] and signature(tasks[3]) == signature(tasks[12])
@@ -50,6 +50,24 @@ def test_the_split_keeps_one_signature_in_one_part():
     assert not sigs["rl"] & sigs["validation"]
     assert all(parts[name] for name in PARTS)
     assert split_tasks(tasks, (0.4, 0.4, 0.2), seed=0) == parts  # seeded
+
+
+def test_a_task_asked_by_name_stays_in_the_part_of_the_same_task_asked_by_id():
+    """Self-questioning writes "lend book B103 to member M1" and "lend 'Song of Solomon' to 'Ada Novak'" (its
+    lookups first, then the same borrow): one family, so the gate never scores one the model was taught the
+    other of."""
+    borrow = ToolCall(name="borrow", arguments={"member_id": "M1", "book_id": "B103"})
+    by_id = Task(id="by-id", query="Lend book B103 to member M1.", reference_solution=(borrow,))
+    lookups = (ToolCall(name="find_member", arguments={"name": "Ada Novak"}),
+               ToolCall(name="search_books", arguments={"query": "Song of Solomon"}))  # fmt: skip
+    by_name = Task(id="by-name", query="Lend 'Song of Solomon' to 'Ada Novak'.", reference_solution=(*lookups, borrow),
+                   metadata={"resolves": [[0, "M1"], [1, "B103"]]})  # fmt: skip
+    assert family(by_id) == family(by_name) and signature(by_id) != signature(by_name)
+    others = [_task(f"t{i}", f"do thing {i}", "a", x=i) for i in range(12)]
+    for seed in range(5):
+        parts = split_tasks([by_id, *others, by_name], (0.4, 0.4, 0.2), seed=seed)
+        where = {t.id: name for name in PARTS for t in parts[name]}
+        assert where["by-id"] == where["by-name"], (seed, where)
 
 
 def _argv(out: Path, heldout: Path, *extra: str) -> list[str]:

@@ -1,11 +1,12 @@
 """The data of ``trainers.evolve adapt``: disjoint splits of the synthesized tasks, and supervised chats.
 
-``split_tasks`` cuts the synthesized tasks into sft / rl / validation parts that share no task id and no
-(query, reference calls) signature: two tasks worded alike with the same calls would let the gate score a
-task the model was supervised on. ``supervised_examples`` turns the sft part into token ids with labels on
-the assistant turns only: the model's own successful rollout of a task where it has one (its recorded
-prompt and completion ids, what it really said), the explorer's reference solution replayed in the
-environment otherwise (rendered with the model's chat template, as ``trainers.warm_start`` does).
+``split_tasks`` cuts the synthesized tasks into sft / rl / validation parts that share no task id, no
+(query, reference calls) signature and no ``family`` (the same calls asked by id or by the records' names):
+two tasks worded alike with the same calls would let the gate score a task the model was supervised on.
+``supervised_examples`` turns the sft part into token ids with labels on the assistant turns only: the
+model's own successful rollout of a task where it has one (its recorded prompt and completion ids, what it
+really said), the explorer's reference solution replayed in the environment otherwise (rendered with the
+model's chat template, as ``trainers.warm_start`` does).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from langgraph_evolver.types import Action, Task, ToolCall, Trajectory
 
-__all__ = ["PARTS", "reference_chat", "signature", "split_tasks", "supervised_examples", "train_lora"]
+__all__ = ["PARTS", "family", "reference_chat", "signature", "split_tasks", "supervised_examples", "train_lora"]
 
 PARTS = ("sft", "rl", "validation")
 
@@ -34,11 +35,21 @@ def signature(task: Task) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, seed: int = 0) -> dict[str, list[Task]]:
-    """``tasks`` cut into ``PARTS`` by ``shares``, one signature (and one id) in one part only.
+def family(task: Task) -> str:
+    """What a task does however it is asked: its reference calls without the lookups that a request naming
+    records adds (``metadata["resolves"]``), so "lend book B103 to member M1" and "lend 'Song of Solomon' to
+    'Ada Novak'" (``find_member``, ``search_books``, then the same ``borrow``) are one family."""
+    lookups = {index for index, _ in task.metadata.get("resolves") or ()}
+    calls = [(c.name, c.arguments) for i, c in enumerate(task.reference_solution or ()) if i not in lookups]
+    return hashlib.sha256(json.dumps(calls, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    Tasks are grouped by signature, the groups shuffled with ``seed`` and dealt out whole; every part gets
-    at least one group when there are enough (validation first: a gate with no task decides nothing).
+
+def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, seed: int = 0) -> dict[str, list[Task]]:
+    """``tasks`` cut into ``PARTS`` by ``shares``, one family (so one signature, and one id) in one part only.
+
+    Tasks are grouped by ``family`` (tasks of one signature have the same calls), the groups shuffled with
+    ``seed`` and dealt out whole; every part gets at least one group when there are enough (validation first:
+    a gate with no task decides nothing).
     """
     groups: dict[str, list[Task]] = {}
     seen_ids: set[str] = set()
@@ -46,7 +57,7 @@ def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, se
         if task.id in seen_ids:
             continue
         seen_ids.add(task.id)
-        groups.setdefault(signature(task), []).append(task)
+        groups.setdefault(family(task), []).append(task)
     keys = sorted(groups)
     random.Random(seed).shuffle(keys)
     total = sum(shares)
