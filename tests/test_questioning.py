@@ -310,3 +310,30 @@ def test_cli_on_the_todo_langchain_tools_environment(tmp_path):
     for task in tasks[:5]:  # a fresh registered instance rebuilds the same world and replays cleanly
         reason, info = check_feasibility(task, todo_factory)
         assert reason is None, (task.query, reason)
+
+
+def test_kept_tasks_take_turns_over_the_tools_they_write_with():
+    """Candidates from one exploration can be mostly one write that always works ("join the waiting list"): the
+    filter's order gives each write tool its turn, the tools kept least so far first, so the store (and a model
+    trained on it) is not one tool's."""
+    from collections import Counter
+
+    from langgraph_evolver.questioning.pipeline import _balanced, _tools_of
+
+    def task(i: int, *names: str) -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=tuple(ToolCall(name=n, arguments={}) for n in names))
+
+    descriptions = {"reserve": "Join the waiting list for a book.", "borrow": "Lend a book to a member.",
+                    "search": "Books whose title contains the text."}  # fmt: skip
+    pool = [task(0, "search", "reserve"), task(1, "reserve"), task(2, "search", "reserve"), task(3, "borrow"),
+            task(4, "reserve"), task(5, "borrow", "reserve"), task(6, "search")]  # fmt: skip
+
+    def key(t: Task) -> frozenset[str]:
+        return _tools_of(t, descriptions)
+
+    assert key(pool[0]) == {"reserve"} and key(pool[6]) == {"search"}  # a read-only task: its last call
+    order = [t.id for t in _balanced(pool, key, Counter())]
+    assert order[:3] == ["t0", "t3", "t6"], order  # reserve, borrow, search before a second reserve
+    assert sorted(order) == sorted(t.id for t in pool)
+    # reserve kept twice already in earlier explorations: borrow and the read first
+    assert [t.id for t in _balanced(pool, key, Counter({"reserve": 2}))][:2] == ["t3", "t6"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,17 +69,50 @@ class PipelineReport:
         return dataclasses.asdict(self)
 
 
+def _tools_of(task: Task, descriptions: Mapping[str, str]) -> frozenset[str]:
+    """What a task is about: the tools it writes with, else its last call's tool."""
+    calls = task.reference_solution or ()
+    writes = {c.name for c in calls if tool_kind(c.name, descriptions.get(c.name, "")) == "write"}
+    return frozenset(writes or ({calls[-1].name} if calls else set()))
+
+
+def _balanced(pool: Sequence[Task], key: Callable[[Task], frozenset[str]], before: Counter[str]) -> list[Task]:
+    """``pool`` reordered so the tools its tasks are about (``key``) take turns, the tools kept least so far
+    (``before``) first: each next task is the first whose most-used tool is used least. An explorer that calls
+    one tool that always works ("join the waiting list") would otherwise fill the store with it, and a model
+    trained on that store learns to open every task with it."""
+    counts, left, out = Counter(before), list(pool), []
+    while left:
+        best = min(range(len(left)), key=lambda i: (max((counts[k] for k in key(left[i])), default=0), i))
+        task = left.pop(best)
+        counts.update(key(task))
+        out.append(task)
+    return out
+
+
 def _filter_preferring_writes(
-    candidates: Sequence[Task], descriptions: Mapping[str, str], wanted: int, **options: Any
+    candidates: Sequence[Task],
+    descriptions: Mapping[str, str],
+    wanted: int,
+    *,
+    kept_before: Sequence[Task] = (),
+    **options: Any,
 ) -> tuple[list[Task], FilterReport]:
     """``filter_tasks`` one candidate at a time until ``wanted`` are kept: those that call a write tool first, up to
     all but a third of ``wanted``, then those that only read, then the other writes. A task that changes the
     state teaches more than one more read, and the filters stop at the number wanted (each replay starts a
-    fresh instance: an MCP server process)."""
+    fresh instance: an MCP server process). Within each, the tools the tasks are about take turns, those least
+    kept so far (``kept_before``) first (``_balanced``)."""
+
+    def key(task: Task) -> frozenset[str]:
+        return _tools_of(task, descriptions)
+
+    before = Counter(k for t in kept_before for k in key(t))
     pools: dict[bool, list[Task]] = {True: [], False: []}
     for task in candidates:
         calls = task.reference_solution or ()
         pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
+    pools = {writes: _balanced(pool, key, before) for writes, pool in pools.items()}
     kept: list[Task] = []
     report = FilterReport()
     for writes, limit in ((True, wanted - wanted // 3), (False, wanted), (True, wanted)):
@@ -226,7 +260,7 @@ async def asynthesize_tasks(
                 new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
             else:
                 new, batch = _filter_preferring_writes(candidates, trajectory.metadata.get("tool_descriptions") or {},
-                                                       wanted, env_factory=factory, index=index,
+                                                       wanted, kept_before=kept, env_factory=factory, index=index,
                                                        fingerprint=fingerprint)  # fmt: skip
             report = report.merge(batch)
             new = new[:wanted]
