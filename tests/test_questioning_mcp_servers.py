@@ -322,7 +322,14 @@ def test_reads_with_arguments_make_a_booking_visible_so_doing_nothing_scores_zer
 
 
 @pytest.mark.parametrize(
-    "module", ["tool_results", "questioning.wording", "questioning.reach", "questioning.profile", "questioning.explore"]
+    "module",
+    [
+        "tool_results",
+        "questioning.wording",
+        "questioning.reach",
+        "questioning.profile",
+        "questioning.offered",
+    ],
 )
 def test_the_new_modules_examples_run(module):
     import doctest

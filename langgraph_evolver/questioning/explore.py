@@ -34,6 +34,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
 from ..environment import Environment
+from .offered import numbers_named, suggested_values
 from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
 
@@ -55,11 +56,6 @@ _BROAD_PROBES = ("", "a", "e")
 the empty string first (many servers match everything with it), then common letters (a substring of most names),
 then words of values seen. ``query 42`` matches nothing, so a server whose ids come only from a search gave the
 explorer no id at all."""
-_EXAMPLE = re.compile(r"\b(?:such as|e\.g\.,?|for example|like)\s+'?([A-Za-z0-9][\w:./-]*)")
-_LISTED = re.compile(
-    r"(?:\b[a-z][a-z ]{1,30}:|\bone of:?|\bmust be:?|\bvalid (?:values|options)(?: are)?:?)\s*\[?"
-    r"((?:'?[\w./-]+'?\s*,\s*)+'?[\w./-]+'?)"
-)
 SLOW_FAILURE_S = 5.0
 """A failing call that took this long (a timeout) keeps its tool out of the rest of the exploration."""
 
@@ -85,21 +81,6 @@ def exploration_task(seed_task: Task | None = None, *, env: str | None = None, s
     digest = hashlib.sha1(json.dumps([env_name, params, seed], sort_keys=True, default=str).encode()).hexdigest()
     metadata = {"seed_task_id": seed_task.id} if seed_task is not None else {}
     return Task(id=f"explore-{digest[:12]}", query=EXPLORE_QUERY, env=env_name, env_params=params, metadata=metadata)
-
-
-def suggested_values(text: str) -> list[str]:
-    """The values a message or a description offers: a list it names ("countries: FR, DE, ES", "one of
-    'low', 'high'") and examples ("like B3", "such as A1:D3", "e.g. 2026-05-01"), in order.
-
-    Example:
-        >>> suggested_values("no service to 'country 15'; countries: FR, DE, ES")
-        ['FR', 'DE', 'ES']
-        >>> suggested_values("cell must be a column letter and a row number like B3, got 'Amount'")
-        ['B3']
-    """
-    out = [v.strip().strip("'") for m in _LISTED.finditer(text) for v in m.group(1).split(",")]
-    out += [m.group(1).rstrip(".") for m in _EXAMPLE.finditer(text)]
-    return list(dict.fromkeys(v for v in out if v))
 
 
 def _id_like(key: str) -> bool:
@@ -171,17 +152,6 @@ def _ends_record(name: str, description: str) -> bool:
     return any(w in _ENDING_VERBS for w in words)
 
 
-def _numbers_named(text: str, *, ranges_only: bool = False) -> list[int]:
-    """The numbers a text allows: every value of a range it names ("8 to 18", "1-12", "between 2 and 5"), else the
-    numbers it names (not for an error message: "cannot order 38" names the number that failed); ``[]`` when
-    none."""
-    ranges = re.findall(r"\b(\d{1,6})\s*(?:to|-|–|and|through)\s*(\d{1,6})\b", text)
-    values = [v for lo, hi in ranges if 0 <= int(hi) - int(lo) <= 1000 for v in range(int(lo), int(hi) + 1)]
-    if values or ranges_only:
-        return values
-    return [int(x) for x in re.findall(r"(?<![\w.-])\d{1,6}(?![\w.-])", text)]
-
-
 def _type_ok(value: Any, json_type: str | None) -> bool:
     if json_type == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -217,7 +187,7 @@ class _Explorer:
             }
         self.descriptions = {schema.get("function", schema)["name"]: schema.get("function", schema).get("description")
                              or "" for schema in tools}  # fmt: skip
-        self.numbers = {name: _numbers_named(text) for name, text in self.descriptions.items()}
+        self.numbers = {name: numbers_named(text) for name, text in self.descriptions.items()}
         """Numbers a tool's description (then its error messages) names: "one hour today (8 to 18)" -> 8..18."""
         self._tool = ""
         self.examples: dict[str, str] = {}
@@ -449,7 +419,7 @@ class _Explorer:
         for obs in observations:
             if obs.is_error:
                 # "an hour from 8 to 18": try those next; no range named: the smallest counts ("cannot order 20")
-                self.numbers[obs.name] = _numbers_named(obs.content, ranges_only=True) or [1, 2]
+                self.numbers[obs.name] = numbers_named(obs.content, ranges_only=True) or [1, 2]
                 self._learn_from_error(obs)
                 self._learn_prerequisite(obs)
                 tool = self.tools.get(obs.name)
