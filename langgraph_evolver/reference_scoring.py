@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from langgraph_evolver.environment import Environment
-from langgraph_evolver.tool_results import leaves, read_result
+from langgraph_evolver.tool_results import holds_token, leaves, read_result
 from langgraph_evolver.types import Task, ToolCall
 
 __all__ = [
@@ -95,7 +95,7 @@ def expected_values(query: str, reference: Sequence[ToolCall], observations: Seq
 
     def named(value: str) -> bool:
         plain = _plain(value)
-        return any(plain == g or re.search(rf"(?<![\w-]){re.escape(plain)}(?![\w-])", g) for g in given)
+        return any(plain == g or holds_token(g, plain) for g in given)
 
     for observation in reversed(observations):
         values: list[str] = []

@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["leaves", "read_result", "render_result", "text_records"]
+__all__ = ["holds_token", "leaves", "read_result", "render_result", "text_records"]
 
 _DECODER = json.JSONDecoder()
 _MAX_LINE = 200
@@ -78,6 +78,17 @@ def text_records(text: str) -> dict[str, Any]:
             continue
         out.setdefault(f"{noun}_id", _scalar(token))
     return out
+
+
+def holds_token(text: str, value: Any) -> bool:
+    """Whether ``value`` occurs in ``text`` as a whole token: not inside a longer id or word (``M1`` is not in
+    ``M12`` nor in ``EM1-x``).
+
+    Example:
+        >>> holds_token('{"member_id": "M12"}', "M1"), holds_token("lent to M1.", "M1")
+        (False, True)
+    """
+    return re.search(rf"(?<![\w-]){re.escape(str(value))}(?![\w-])", text) is not None
 
 
 def _documents(text: str) -> list[Any] | None:

@@ -33,6 +33,7 @@ from langgraph_evolver.reference_scoring import (  # the core's: env_tools score
     expected_values,
     state_fingerprint,
 )
+from langgraph_evolver.tool_results import holds_token
 from langgraph_evolver.types import Action, Task
 
 from ..environment import TaskEnvironmentFactory
@@ -219,7 +220,7 @@ def check_feasibility(
                 if tool_kind(call.name) == "read" and obs.content.strip().lower() not in _EMPTY:
                     info["read"] = True
         for index, value in task.metadata.get(RESOLVES_KEY) or ():  # a request that names a record: its lookup
-            found = index < len(per_call) and re.search(rf"(?<![\w-]){re.escape(str(value))}(?![\w-])", per_call[index])
+            found = index < len(per_call) and holds_token(per_call[index], value)
             if not found:
                 return "a lookup does not find the record the request names", info
         info["state_changed"] = fingerprint(env) != before

@@ -21,10 +21,10 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph_evolver.reference_scoring import normalized_arguments
-from langgraph_evolver.tool_results import read_result
+from langgraph_evolver.tool_results import holds_token, read_result
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
@@ -111,14 +111,29 @@ def _useful(pair: tuple[ToolCall, ToolObservation]) -> bool:
     return not reads or obs.content.strip().lower() not in _EMPTY
 
 
-def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
+def _id_values(call: ToolCall) -> list[str]:
     args = call.arguments if isinstance(call.arguments, dict) else {}
-    values = [v for k, v in args.items() if k.endswith("_id") or k == "id"]
-    return any(re.search(rf"(?<![\w-]){re.escape(str(v))}(?![\w-])", obs.content) for v in values)
+    return [str(v) for k, v in args.items() if k.endswith("_id") or k == "id"]
 
 
-def _record_ids(obs: ToolObservation) -> set[str]:
-    """The ids ``obs`` holds as records' ids (under ``id`` or ``<x>_id``), not the same digits elsewhere."""
+def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
+    return any(holds_token(obs.content, v) for v in _id_values(call))
+
+
+class _Shown(NamedTuple):
+    """What one observation of the exploration holds as records, parsed once per trajectory: the ids it holds
+    as records' ids (under ``id`` or ``<x>_id``, not the same digits elsewhere) and the names its records go by
+    (one per named record, so a name twice means two records answer to it)."""
+
+    ids: frozenset[str]
+    names: tuple[str, ...]
+
+
+def _shown(obs: ToolObservation) -> _Shown:
+    return _Shown(_record_ids(obs), tuple(record_names([obs]).values()))
+
+
+def _record_ids(obs: ToolObservation) -> frozenset[str]:
     found: set[str] = set()
 
     def visit(value: Any) -> None:
@@ -132,15 +147,13 @@ def _record_ids(obs: ToolObservation) -> set[str]:
                 visit(v)
 
     visit(read_result(obs.content))
-    return found
+    return frozenset(found)
 
 
-def _names_id(obs: ToolObservation, call: ToolCall) -> bool:
-    """Whether ``obs`` holds one of ``call``'s id arguments as a record's id (under ``id`` or ``<x>_id``), not
-    merely the same digits elsewhere (a zone's ``"cap": 2``)."""
-    args = call.arguments if isinstance(call.arguments, dict) else {}
-    wanted = {str(v) for k, v in args.items() if k.endswith("_id") or k == "id"}
-    return bool(wanted) and bool(_record_ids(obs) & wanted)
+def _names_id(shown: _Shown, call: ToolCall) -> bool:
+    """Whether an observation holds one of ``call``'s id arguments as a record's id, not merely the same digits
+    elsewhere (a zone's ``"cap": 2``)."""
+    return not shown.ids.isdisjoint(_id_values(call))
 
 
 RESOLVES_KEY = "resolves"
@@ -150,17 +163,21 @@ _SEARCH_ARGS = ("query", "q", "name", "title", "search", "text", "term", "keywor
 
 
 def _lookup_for(
-    pairs: Sequence[tuple[ToolCall, ToolObservation]], value: str, name: str, writes: Callable[[str], bool]
+    pairs: Sequence[tuple[ToolCall, ToolObservation]],
+    shown: Sequence[_Shown],
+    value: str,
+    name: str,
+    writes: Callable[[str], bool],
 ) -> ToolCall | None:
     """A read that finds record ``value`` from its ``name``: a call of the exploration that showed the record and
     needs no id itself, its free-text argument set to the name (``search_books(query="")`` ->
     ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it."""
     listing = None
-    for call, obs in pairs:
+    for (call, _), seen in zip(pairs, shown, strict=True):
         args = call.arguments if isinstance(call.arguments, dict) else {}
-        if writes(call.name) or any(id_argument(k) for k in args) or value not in _record_ids(obs):
+        if writes(call.name) or any(id_argument(k) for k in args) or value not in seen.ids:
             continue
-        if list(record_names([obs]).values()).count(name) > 1:  # two records answer to that name here
+        if seen.names.count(name) > 1:  # two records answer to that name here
             continue
         text = [k for k, v in args.items() if isinstance(v, str)]
         if text:
@@ -173,6 +190,7 @@ def _lookup_for(
 
 def _named(
     pairs: Sequence[tuple[ToolCall, ToolObservation]],
+    shown: Sequence[_Shown],
     chosen: Sequence[tuple[ToolCall, ToolObservation]],
     records: dict[str, str],
     writes: Callable[[str], bool],
@@ -192,9 +210,9 @@ def _named(
             value, name = str(raw), records.get(str(raw), "")
             if not id_argument(key) or value in names or not name or name == value:
                 continue
-            if re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", earlier):
+            if holds_token(earlier, value):
                 continue
-            lookup = _lookup_for(pairs, value, name, writes)
+            lookup = _lookup_for(pairs, shown, value, name, writes)
             if lookup is None:
                 continue
             signature = (lookup.name, normalized_arguments(lookup.arguments))
@@ -213,7 +231,10 @@ _CREATES = frozenset({"create", "add", "new", "save", "send", "book", "post", "r
 
 
 def _with_producers(
-    pairs: list[tuple[ToolCall, ToolObservation]], window: list[int], writes: Callable[[str], bool] | None = None
+    pairs: list[tuple[ToolCall, ToolObservation]],
+    shown: Sequence[_Shown],
+    window: list[int],
+    writes: Callable[[str], bool] | None = None,
 ) -> list[int]:
     """``window`` plus the calls that created the ids it uses (a fresh world lacks them): the last earlier
     create-verb call whose result names the id, else the first call that named it when that call writes
@@ -225,7 +246,7 @@ def _with_producers(
                 chosen.add(j)
                 break
         else:
-            first = next((j for j in range(i) if _names_id(pairs[j][1], pairs[i][0])), None)
+            first = next((j for j in range(i) if _names_id(shown[j], pairs[i][0])), None)
             if first is not None and writes is not None and writes(pairs[first][0].name):
                 chosen.add(first)
     return sorted(chosen)
@@ -244,17 +265,20 @@ def _repeats_a_call(pairs: Sequence[tuple[ToolCall, ToolObservation]]) -> bool:
 
 
 def _sequences(
-    pairs: list[tuple[ToolCall, ToolObservation]], max_ops: int, writes: Callable[[str], bool] | None = None
+    pairs: list[tuple[ToolCall, ToolObservation]],
+    shown: Sequence[_Shown],
+    max_ops: int,
+    writes: Callable[[str], bool] | None = None,
 ) -> Iterable[list[int]]:
     for i in range(len(pairs)):
         for k in range(1, max_ops + 1):
             if i - k + 1 >= 0:
-                seq = _with_producers(pairs, list(range(i - k + 1, i + 1)), writes)
+                seq = _with_producers(pairs, shown, list(range(i - k + 1, i + 1)), writes)
                 if len(seq) <= max_ops:
                     yield seq
         producers = [j for j in range(i) if _mentions(pairs[j][1], pairs[i][0])]
         if producers and producers[-1] < i - 1:
-            seq = _with_producers(pairs, [producers[-1], i], writes)
+            seq = _with_producers(pairs, shown, [producers[-1], i], writes)
             if len(seq) <= max_ops:
                 yield seq
 
@@ -289,16 +313,17 @@ def synthesize(
         return tool_kind(name, descriptions.get(name, "")) == "write"
 
     records = record_names([obs for _, obs in pairs]) if descriptions else {}
+    shown = [_shown(obs) for _, obs in pairs]  # each observation's records, parsed once
     carried = {key: trajectory.task.metadata[key] for key in _CARRIED if trajectory.task.metadata.get(key)}
     probes = _probes(pairs, writes)
     tasks: dict[str, Task] = {}
-    for index in _sequences(pairs, max_ops, writes if descriptions else None):
+    for index in _sequences(pairs, shown, max_ops, writes if descriptions else None):
         chosen = [pairs[j] for j in index]
         if not all(_useful(p) for p in chosen) or _repeats_a_call(chosen):
             continue
         variants: list[tuple[list[ToolCall], dict[str, str], list[list[Any]]]] = [([], {}, [])]
         if descriptions and describer is None:  # also as people ask: records by name, their lookups first
-            named = _named(pairs, chosen, records, writes)
+            named = _named(pairs, shown, chosen, records, writes)
             if named[1]:
                 variants.append(named)
         for lookups, names, resolves in variants:
