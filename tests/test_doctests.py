@@ -19,6 +19,7 @@ PACKAGES = [
     "langgraph_evolver.rendering",
     "langgraph_evolver.reference_scoring",
     "langgraph_evolver.tool_results",
+    "trainers.evolve.adapt_data",  # what a supervised chat ends with (final_answer)
 ]
 
 

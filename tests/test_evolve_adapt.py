@@ -8,14 +8,17 @@ the JSON line, the resumability and that ``--heldout`` is read in the last phase
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
+from langgraph_evolver.environment import environment_factory
 from langgraph_evolver.types import Task, ToolCall
 from trainers.evolve.__main__ import main
-from trainers.evolve.adapt_data import PARTS, family, signature, split_tasks
+from trainers.evolve.adapt_data import PARTS, family, recovery_chat, signature, split_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = f"mcp:python {ROOT / 'examples' / 'mcp_servers' / 'rooms_plain.py'}"
@@ -195,3 +198,34 @@ def test_the_help_says_how_the_budget_is_split(capsys):
         main(["adapt", "--help"])
     assert exit_.value.code == 0
     assert "split as synthesize 20%, rollouts 5%, supervise 20%, grpo 40%" in " ".join(capsys.readouterr().out.split())
+
+
+SEARCH = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}"
+
+
+def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_its_name_passed_as_the_id():
+    """The adapted model wrote ``reserve(member_id="Dev Patel")`` for "reserve ... for Dev Patel": the chat that
+    begins with that call and the server's real error (out of the loss), then the lookup and the call, teaches
+    the way back. A wrong call the server accepts is no mistake to recover from; a task naming no record has
+    none."""
+    lookup = ToolCall(name="search_people", arguments={"query": "Grace Hopper"})
+    send = ToolCall(name="send_message", arguments={"person_id": "P8", "text": "hi"})
+    task = Task(id="named", query="Send 'hi' to 'Grace Hopper'.", env=SEARCH, reference_solution=(lookup, send),
+                metadata={"resolves": [[0, "P8"]]})  # fmt: skip
+    accepted = dataclasses.replace(task, reference_solution=(lookup, ToolCall(name="search_people",
+                                                                              arguments={"query": "P8"})))  # fmt: skip
+    env = environment_factory(SEARCH)(task)
+    try:
+        messages, tools = recovery_chat(env, task)
+        assert recovery_chat(env, dataclasses.replace(task, metadata={})) is None  # names no record
+        assert recovery_chat(env, accepted) is None  # search_people("Grace Hopper") does not fail
+    finally:
+        env.close()
+    turns = [m for m in messages if m["role"] != "system"][1:]  # after the request
+    calls = [(m["tool_calls"][0]["function"], m.get("weight", 1)) for m in turns if m.get("tool_calls")]
+    assert calls == [({"name": "send_message", "arguments": {"person_id": "Grace Hopper", "text": "hi"}}, 0),
+                     ({"name": "search_people", "arguments": {"query": "Grace Hopper"}}, 1),
+                     ({"name": "send_message", "arguments": {"person_id": "P8", "text": "hi"}}, 1)]  # fmt: skip
+    results = [m["content"] for m in turns if m["role"] == "tool"]
+    assert "no person 'Grace Hopper'" in results[0] and "P8" in results[1] and "Done." == turns[-1]["content"]
+    assert tools  # the server's tools, as the agent sees them

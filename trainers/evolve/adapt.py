@@ -251,7 +251,8 @@ def _supervise(run: Run, d: Path) -> dict[str, Any]:
     trained = train_lora(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
                          max_steps=run.args.sft_steps, progress=not run.args.no_progress)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
-            "skipped": counts["skipped"], **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
+            "from_recoveries": counts["recovery"], "skipped": counts["skipped"],
+            **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
 def _evaluate_pair(run: Run, tasks: list[Any], candidate: Path, d: Path) -> dict[str, Any]:

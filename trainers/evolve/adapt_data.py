@@ -6,7 +6,11 @@ two tasks worded alike with the same calls would let the gate score a task the m
 ``supervised_examples`` turns the sft part into token ids with labels on the assistant turns only: the
 model's own successful rollout of a task where it has one (its recorded prompt and completion ids, what it
 really said), the explorer's reference solution replayed in the environment otherwise (rendered with the
-model's chat template, as ``trainers.warm_start`` does).
+model's chat template, as ``trainers.warm_start`` does), ending with the answer the task is checked by
+(``final_answer``). A task that names records ("lend 'Beloved' to 'Ada
+Novak'") is taught twice: as its reference, and as the recovery from the call a model makes without looking
+the records up (``recovery_chat``: the names where the ids go and the server's real error, out of the loss,
+then the lookups and the calls).
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_evolver.types import Action, Task, ToolCall, Trajectory
+from langgraph_evolver.reference_scoring import expected_answer
+from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["PARTS", "family", "reference_chat", "signature", "split_tasks", "supervised_examples", "train_lora"]
+__all__ = ["PARTS", "family", "final_answer", "recovery_chat", "reference_chat", "signature", "split_tasks",
+           "supervised_examples", "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -81,16 +87,79 @@ def _assistant_call(call_id: str, call: ToolCall) -> dict[str, Any]:
     return {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": fn}]}
 
 
+_QUOTED = 8
+"""The most of a read task's expected values a supervised final answer quotes."""
+
+
+def final_answer(task: Task) -> str:
+    """The reply that ends a supervised chat of ``task``: its ``answer``; for a read task checked by the values
+    its reads returned (``expected_values``: an answer must quote one), those values, the first ``_QUOTED``;
+    "Done." for a task checked by its end state. (Ending a read task with "Done." would teach the model to
+    drop what it read: replay scoring gives such an answer nothing.)
+
+    Example:
+        >>> final_answer(Task(id="t", query="When was Dune published?", metadata={"expected_values": ["1965"]}))
+        'Here is what I found: 1965.'
+        >>> final_answer(Task(id="t", query="Cancel B1."))
+        'Done.'
+        >>> final_answer(Task(id="t", query="How many?", metadata={"answer": "3"}))
+        '3'
+    """
+    answer = task.metadata.get("answer")
+    if isinstance(answer, list | tuple) and answer:
+        return ", ".join(str(a) for a in answer)
+    if answer not in (None, "", []):
+        return str(answer)
+    values = expected_answer(task)
+    return f"Here is what I found: {', '.join(values[:_QUOTED])}." if values else "Done."
+
+
+def _step(env: Any, messages: list[dict[str, Any]], call_id: str, call: ToolCall) -> ToolObservation:
+    result = env.step(Action(tool_calls=(ToolCall(name=call.name, arguments=call.arguments, id=call_id),)))
+    messages.append(_assistant_call(call_id, call))
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": result.observations[0].content})
+    return result.observations[0]
+
+
 def reference_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The chat of ``task`` solved by its reference calls, replayed in ``env`` (real results), and its tools."""
     obs = env.reset(task)
     messages, tools = list(obs.messages), list(obs.tools)
     for i, call in enumerate(task.reference_solution or ()):
-        call_id = f"call_{i}"
-        result = env.step(Action(tool_calls=(ToolCall(name=call.name, arguments=call.arguments, id=call_id),)))
-        messages.append(_assistant_call(call_id, call))
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": result.observations[0].content})
-    messages.append({"role": "assistant", "content": task.metadata.get("answer") or "Done."})
+        _step(env, messages, f"call_{i}", call)
+    messages.append({"role": "assistant", "content": final_answer(task)})
+    return messages, tools
+
+
+def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The chat of a task that names records, begun with the call a model makes when it does not look them up:
+    the first call after the lookups with each record's name where its id goes, and the server's real error
+    (that turn weighted 0, out of the loss), then the reference: the lookups and the calls. ``None`` for a task
+    that names no record, or when that wrong call does not fail (it is no mistake to recover from)."""
+    from langgraph_evolver.questioning.wording import record_names
+
+    reference = list(task.reference_solution or ())
+    lookups = {int(i) for i, _ in task.metadata.get("resolves") or () if 0 <= int(i) < len(reference)}
+    if not lookups:
+        return None
+    obs = env.reset(task)
+    names: dict[str, str] = {}
+    for i in sorted(lookups):
+        found = record_names([_step(env, [], f"lookup_{i}", reference[i])])
+        names.update({str(v): found[str(v)] for j, v in task.metadata["resolves"] if j == i and str(v) in found})
+    first = next((c for i, c in enumerate(reference) if i not in lookups and isinstance(c.arguments, dict)
+                  and any(str(v) in names for v in c.arguments.values())), None)  # fmt: skip
+    if first is None:
+        return None
+    wrong = ToolCall(name=first.name, arguments={k: names.get(str(v), v) for k, v in first.arguments.items()})
+    obs = env.reset(task)
+    messages, tools = list(obs.messages), list(obs.tools)
+    if not _step(env, messages, "call_wrong", wrong).is_error:
+        return None
+    messages[-2]["weight"] = 0
+    for i, call in enumerate(reference):
+        _step(env, messages, f"call_{i}", call)
+    messages.append({"role": "assistant", "content": final_answer(task)})
     return messages, tools
 
 
@@ -112,7 +181,8 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``, ``skipped``).
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
-    its reference. A reference that no longer replays (the tool raised) is skipped, not taught.
+    its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). A
+    reference that no longer replays (the tool raised) is skipped, not taught.
     """
     from trainers.tiny import encode_example
 
@@ -121,7 +191,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
         if (t.reward or 0.0) >= 1.0 and t.task.id not in solved:
             solved[t.task.id] = t
     examples: list[tuple[list[int], list[int]]] = []
-    counts = {"own": 0, "reference": 0, "skipped": 0}
+    counts = {"own": 0, "reference": 0, "recovery": 0, "skipped": 0}
     for task in tasks:
         own = _own_examples(solved[task.id]) if task.id in solved else []
         if own:
@@ -132,6 +202,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
             env = env_factory(task)
             try:
                 messages, tools = reference_chat(env, task)
+                recovery = recovery_chat(env, task)
             finally:
                 getattr(env, "close", lambda: None)()
         except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
@@ -139,6 +210,9 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
             continue
         examples.append(encode_example(tokenizer, messages, tools))
         counts["reference"] += 1
+        if recovery is not None:
+            examples.append(encode_example(tokenizer, *recovery))
+            counts["recovery"] += 1
     return [e for e in examples if len(e[0]) <= max_length], counts
 
 
