@@ -358,6 +358,7 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "split": {k: results["split"][k] for k in ("sft", "rl", "validation")},
         "sft_examples": results["supervise"]["sft_examples"],
         "sft_from_own_rollouts": results["supervise"]["from_own_rollouts"],
+        "sft_recoveries": results["supervise"].get("from_recoveries", 0),  # absent in a supervise done before
         "grpo_steps": results["grpo"]["grpo_steps"],
         "validation_before": gate["before"],
         "validation_after": gate["after"],
