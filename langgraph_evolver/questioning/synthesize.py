@@ -113,7 +113,7 @@ def _useful(pair: tuple[ToolCall, ToolObservation]) -> bool:
 
 def _id_values(call: ToolCall) -> list[str]:
     args = call.arguments if isinstance(call.arguments, dict) else {}
-    return [str(v) for k, v in args.items() if k.endswith("_id") or k == "id"]
+    return [str(v) for k, v in args.items() if id_argument(k)]
 
 
 def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
@@ -122,8 +122,9 @@ def _mentions(obs: ToolObservation, call: ToolCall) -> bool:
 
 class _Shown(NamedTuple):
     """What one observation of the exploration holds as records, parsed once per trajectory: the ids it holds
-    as records' ids (under ``id`` or ``<x>_id``, not the same digits elsewhere) and the names its records go by
-    (one per named record, so a name twice means two records answer to it)."""
+    as records' ids (under a key ``wording.id_argument`` takes for an id: ``id``, ``book_id``,
+    ``tracking_number``; not the same digits elsewhere) and the names its records go by (one per named record,
+    so a name twice means two records answer to it)."""
 
     ids: frozenset[str]
     names: tuple[str, ...]
@@ -139,7 +140,7 @@ def _record_ids(obs: ToolObservation) -> frozenset[str]:
     def visit(value: Any) -> None:
         if isinstance(value, dict):
             for k, v in value.items():
-                if (k == "id" or str(k).endswith("_id")) and isinstance(v, str | int):
+                if id_argument(str(k)) and isinstance(v, str | int):
                     found.add(str(v))
                 visit(v)
         elif isinstance(value, list):

@@ -145,7 +145,7 @@ def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
             name = next((value[k] for k in _NAME_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
             if name is not None:
                 for key, v in value.items():
-                    if (key == "id" or str(key).endswith(_ID_SUFFIXES)) and isinstance(v, str | int):
+                    if id_argument(str(key)) and isinstance(v, str | int):
                         out.setdefault(str(v), name)
             for v in value.values():
                 visit(v)
