@@ -337,3 +337,30 @@ def test_kept_tasks_take_turns_over_the_tools_they_write_with():
     assert sorted(order) == sorted(t.id for t in pool)
     # reserve kept twice already in earlier explorations: borrow and the read first
     assert [t.id for t in _balanced(pool, key, Counter({"reserve": 2}))][:2] == ["t3", "t6"]
+
+
+def test_an_id_under_a_number_key_brings_the_call_that_created_it():
+    """``create_shipment`` returns ``tracking_number: TRK9``; a task that cancels TRK9 must create it first (a
+    fresh world lacks it). The id rule is ``wording.id_argument``'s for every side: the argument, the result."""
+    from langgraph_evolver.questioning.synthesize import synthesize
+    from langgraph_evolver.types import Action, Step, ToolObservation, Trajectory
+
+    calls = [
+        (ToolCall(name="create_shipment", arguments={"recipient": "Ann Lee", "city": "Oslo"}),
+         '{"tracking_number": "TRK9", "recipient": "Ann Lee", "status": "created"}'),
+        (ToolCall(name="list_depots", arguments={"city": "Oslo"}), '[{"depot_id": "DP-1", "name": "Oslo Sud"}]'),
+        (ToolCall(name="cancel_shipment", arguments={"tracking_number": "TRK9"}),
+         '{"tracking_number": "TRK9", "status": "cancelled"}'),
+    ]  # fmt: skip
+    steps = tuple(
+        Step(index=i, action=Action(tool_calls=(call,)),
+             observations=(ToolObservation(call_id=str(i), name=call.name, content=result),))
+        for i, (call, result) in enumerate(calls)
+    )  # fmt: skip
+    descriptions = {"create_shipment": "Create a shipment.", "list_depots": "Depots in a city.",
+                    "cancel_shipment": "Cancel a shipment."}  # fmt: skip
+    trajectory = Trajectory(id="x", task=Task(id="explore", query="explore", env="e"), steps=steps,
+                            metadata={"tool_descriptions": descriptions})  # fmt: skip
+    references = [[c.name for c in t.reference_solution or ()] for t in synthesize(trajectory)]
+    cancels = [r for r in references if "cancel_shipment" in r]
+    assert cancels and all(r[0] == "create_shipment" for r in cancels), references
