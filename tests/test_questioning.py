@@ -364,3 +364,40 @@ def test_an_id_under_a_number_key_brings_the_call_that_created_it():
     references = [[c.name for c in t.reference_solution or ()] for t in synthesize(trajectory)]
     cancels = [r for r in references if "cancel_shipment" in r]
     assert cancels and all(r[0] == "create_shipment" for r in cancels), references
+
+
+def _explored(calls: list[tuple[ToolCall, str]], descriptions: dict[str, str]):
+    from langgraph_evolver.types import Action, Step, ToolObservation, Trajectory
+
+    steps = tuple(
+        Step(index=i, action=Action(tool_calls=(call,)),
+             observations=(ToolObservation(call_id=str(i), name=call.name, content=result),))
+        for i, (call, result) in enumerate(calls)
+    )  # fmt: skip
+    return Trajectory(id="x", task=Task(id="explore", query="explore", env="e"), steps=steps,
+                      metadata={"tool_descriptions": descriptions})  # fmt: skip
+
+
+def test_a_record_with_no_name_is_asked_for_by_its_owners_when_it_is_their_only_one():
+    """A shipment has a recipient, not a name: "cancel Jonas Weber's shipment", its reference starting with the
+    search by recipient. Hana Sato has two shipments, so hers are never named that way."""
+    from langgraph_evolver.questioning.synthesize import synthesize
+
+    listed = [{"tracking_number": "TRK3", "recipient": "Jonas Weber", "status": "created"},
+              {"tracking_number": "TRK4", "recipient": "Hana Sato", "status": "created"},
+              {"tracking_number": "TRK5", "recipient": "Hana Sato", "status": "in_transit"}]  # fmt: skip
+    trajectory = _explored([
+        (ToolCall(name="list_shipments", arguments={}), json.dumps(listed)),
+        (ToolCall(name="list_shipments", arguments={"recipient": "Hana Sato"}), json.dumps(listed[1:])),
+        (ToolCall(name="cancel_shipment", arguments={"tracking_number": "TRK3"}),
+         '{"tracking_number": "TRK3", "status": "cancelled"}'),
+        (ToolCall(name="cancel_shipment", arguments={"tracking_number": "TRK4"}),
+         '{"tracking_number": "TRK4", "status": "cancelled"}'),
+    ], {"list_shipments": "Shipments, optionally for a recipient.",
+        "cancel_shipment": "Cancel a shipment that has not been picked up yet."})  # fmt: skip
+    named = [t for t in synthesize(trajectory) if t.metadata.get("resolves")]
+    by_owner = [t for t in named if "Jonas Weber's shipment" in t.query]
+    assert by_owner and all("TRK3" not in t.query for t in by_owner), [t.query for t in named]
+    first = by_owner[0].reference_solution[0]
+    assert (first.name, first.arguments) == ("list_shipments", {"recipient": "Jonas Weber"})
+    assert not any("Hana Sato's" in t.query for t in named)

@@ -28,7 +28,7 @@ from langgraph_evolver.tool_results import holds_token, read_result
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
-from .wording import describe_with_descriptions, id_argument, record_names
+from .wording import Owned, describe_with_descriptions, id_argument, record_names, record_owners
 
 __all__ = ["RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
 
@@ -131,7 +131,8 @@ class _Shown(NamedTuple):
 
 
 def _shown(obs: ToolObservation) -> _Shown:
-    return _Shown(_record_ids(obs), tuple(record_names([obs]).values()))
+    owners = tuple(owner for _, owner in record_owners([obs]).values())
+    return _Shown(_record_ids(obs), (*record_names([obs]).values(), *owners))
 
 
 def _record_ids(obs: ToolObservation) -> frozenset[str]:
@@ -169,11 +170,21 @@ def _lookup_for(
     value: str,
     name: str,
     writes: Callable[[str], bool],
+    field: str | None = None,
 ) -> ToolCall | None:
     """A read that finds record ``value`` from its ``name``: a call of the exploration that showed the record and
     needs no id itself, its free-text argument set to the name (``search_books(query="")`` ->
-    ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it."""
+    ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it. A
+    record named by its owner (``field``: the key that holds them, ``recipient``) is found by that argument on a
+    tool that showed it (``list_shipments(recipient="Jonas Weber")``), else by a listing, never by free text."""
     listing = None
+    if field is not None:  # a filter by owner on a tool that showed the record: list_shipments(recipient=...)
+        showed = {c.name for (c, _), seen in zip(pairs, shown, strict=True) if value in seen.ids}
+        for call, _ in pairs:
+            args = call.arguments if isinstance(call.arguments, dict) else {}
+            if call.name in showed and not writes(call.name) and isinstance(args.get(field), str):
+                if not any(id_argument(k) for k in args):
+                    return ToolCall(name=call.name, arguments={**args, field: name})
     for (call, _), seen in zip(pairs, shown, strict=True):
         args = call.arguments if isinstance(call.arguments, dict) else {}
         if writes(call.name) or any(id_argument(k) for k in args) or value not in seen.ids:
@@ -181,10 +192,13 @@ def _lookup_for(
         if seen.names.count(name) > 1:  # two records answer to that name here
             continue
         text = [k for k, v in args.items() if isinstance(v, str)]
-        if text:
-            key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), text[0])
+        if field is not None:
+            key = field if field in text else None
+        else:
+            key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), text[0] if text else None)
+        if key is not None:
             return ToolCall(name=call.name, arguments={**args, key: name})
-        if listing is None:
+        if listing is None and not text:
             listing = ToolCall(name=call.name, arguments=dict(args))
     return listing
 
@@ -194,6 +208,7 @@ def _named(
     shown: Sequence[_Shown],
     chosen: Sequence[tuple[ToolCall, ToolObservation]],
     records: dict[str, str],
+    owners: dict[str, tuple[str, str]],
     writes: Callable[[str], bool],
 ) -> tuple[list[ToolCall], dict[str, str], list[list[Any]]]:
     """How ``chosen`` reads when it names records as people do ("lend 'Beloved' to 'Chloe Martin'"): the lookups
@@ -209,11 +224,14 @@ def _named(
     for call, obs in chosen:
         for key, raw in (call.arguments if isinstance(call.arguments, dict) else {}).items():
             value, name = str(raw), records.get(str(raw), "")
+            field, name = owners[value] if not name and value in owners else (None, name)
+            if field and sum(owner == name for _, owner in owners.values()) > 1:  # their only record, or none
+                continue
             if not id_argument(key) or value in names or not name or name == value:
                 continue
             if holds_token(earlier, value):
                 continue
-            lookup = _lookup_for(pairs, shown, value, name, writes)
+            lookup = _lookup_for(pairs, shown, value, name, writes, field)
             if lookup is None:
                 continue
             signature = (lookup.name, normalized_arguments(lookup.arguments))
@@ -222,7 +240,7 @@ def _named(
             if signature not in signatures:
                 signatures.append(signature)
                 lookups.append(lookup)
-            names[value] = name
+            names[value] = Owned(name, tool_entity(lookup.name)) if field else name
             resolves.append([signatures.index(signature), value])
         earlier += "\n" + obs.content
     return lookups, names, resolves
@@ -314,6 +332,7 @@ def synthesize(
         return tool_kind(name, descriptions.get(name, "")) == "write"
 
     records = record_names([obs for _, obs in pairs]) if descriptions else {}
+    owners = record_owners([obs for _, obs in pairs]) if descriptions else {}
     shown = [_shown(obs) for _, obs in pairs]  # each observation's records, parsed once
     carried = {key: trajectory.task.metadata[key] for key in _CARRIED if trajectory.task.metadata.get(key)}
     probes = _probes(pairs, writes)
@@ -324,7 +343,7 @@ def synthesize(
             continue
         variants: list[tuple[list[ToolCall], dict[str, str], list[list[Any]]]] = [([], {}, [])]
         if descriptions and describer is None:  # also as people ask: records by name, their lookups first
-            named = _named(pairs, shown, chosen, records, writes)
+            named = _named(pairs, shown, chosen, records, owners, writes)
             if named[1]:
                 variants.append(named)
         for lookups, names, resolves in variants:

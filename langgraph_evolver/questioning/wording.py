@@ -20,13 +20,24 @@ Example:
     >>> clause(ToolCall(name="find_slots", arguments={"doctor_id": "D1"}), "Free slots of a doctor.",
     ...        {"D1": "Dr Ana Ruiz"})
     'tell me the free slots of doctor D1 (Dr Ana Ruiz)'
+
+A record with no name of its own but a person's (a shipment's ``recipient``, an order's ``customer``) goes
+by that person's (``record_owners``): a request that names it says "Jonas Weber's shipment"
+(``Owned``), as people do:
+
+    >>> clause(ToolCall(name="cancel_shipment", arguments={"tracking_number": "TRK3"}),
+    ...        "Cancel a shipment that has not been picked up yet.", {}, {"TRK3": Owned("Jonas Weber", "shipment")})
+    "cancel Jonas Weber's shipment that has not been picked up yet"
+    >>> clause(ToolCall(name="track", arguments={"tracking_number": "TRK3"}),
+    ...        "A shipment's status and scan history.", {}, {"TRK3": Owned("Jonas Weber", "shipment")})
+    "tell me Jonas Weber's shipment's status and scan history"
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from langgraph_evolver.tool_results import read_result
@@ -34,10 +45,31 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
 
-__all__ = ["clause", "describe_with_descriptions", "id_argument", "record_names"]
+__all__ = ["Owned", "clause", "describe_with_descriptions", "id_argument", "record_names", "record_owners"]
 
 _ID_SUFFIXES = ("_id", "_code", "_number", "_key")
 _NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
+_OWNER_KEYS = ("recipient", "owner", "customer", "client", "member", "patient", "guest", "holder", "assignee",
+               "requester", "sender", "user", "host", "tenant", "buyer", "employee", "student")  # fmt: skip
+"""Keys of a record that hold the person it belongs to: a record with no name goes by theirs."""
+
+
+class Owned(str):
+    """How a request names a record that has no name of its own: by its owner's (``"Jonas Weber's shipment"``).
+    The string is the owner's name (what a lookup searches by); ``noun`` is what the record is."""
+
+    noun: str
+
+    def __new__(cls, owner: str, noun: str) -> Owned:
+        made = super().__new__(cls, owner)
+        made.noun = noun
+        return made
+
+    @property
+    def phrase(self) -> str:
+        return f"{self}'s {self.noun}"
+
+
 _ARTICLES = r"(?:an?|the|one|some|any|several|a few|a given|given|its|their|his|her)"
 _QUESTION_VERBS = frozenset({"get", "gets", "return", "returns", "fetch", "fetches", "show", "shows", "give", "gives"})
 _OPENINGS = ("", "Please ", "Could you ", "I need you to ")
@@ -71,7 +103,8 @@ def _shown(arg: str, value: Any, records: Mapping[Any, str], names: Mapping[str,
     ``names`` by its name alone (the request names the record, the agent looks its id up)."""
     text = str(value)
     if names and text in names:
-        return f"'{names[text]}'"
+        name = names[text]
+        return name.phrase if isinstance(name, Owned) else f"'{name}'"
     if arg == "id" or arg.endswith(_ID_SUFFIXES) or re.fullmatch(r"[A-Z]*-?\d[\w-]*|\d+(?:\.\d+)?", text):
         name = records.get(text)
         return f"{text} ({name})" if name and name != text else text
@@ -91,11 +124,22 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
         return _from_name(call, records, names)
     leading = phrase.split()[0].lower()  # before a value replaces "One book": "book B1" is not the verb "book"
     rest: list[str] = []
+    owned: list[str] = []
+    owner_first: Owned | None = None
     for arg, value in args.items():
         if value == "":  # a broad search (the explorer's first probe): no filter to name
             continue
         noun = _noun(arg)
         shown = _shown(arg, value, records, names)
+        owner = (names or {}).get(str(value))
+        if isinstance(owner, Owned):  # "a shipment" -> "Jonas Weber's shipment"
+            found = re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(owner.noun)}(?![\w-])", phrase, re.I)
+            if found:
+                phrase = phrase.replace(found.group(0), f"{found.group(1)}{owner.phrase}", 1)
+                owner_first = owner_first or owner
+            else:
+                owned.append(owner.phrase)
+            continue
         numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
         found = re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(noun)}(s?)(?![\w-])", phrase, re.I)
         amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
@@ -115,12 +159,15 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
     if leading in _QUESTION_VERBS and reads:  # "Returns the fee ..." asks for something ("Return a loan" does not)
         phrase = "tell me " + " ".join(words[1:])
     elif leading not in _IMPERATIVE and reads:  # a noun phrase: a question
-        lead = "" if first in ("the", "a", "an", "one", "every", "all") else "the "
-        phrase = f"tell me {lead}{phrase[:1].lower()}{phrase[1:]}"
+        person = isinstance(owner_first, Owned) and phrase.startswith(owner_first.phrase)  # "Jonas Weber's ..."
+        lead = "" if person or first in ("the", "a", "an", "one", "every", "all") else "the "
+        phrase = f"tell me {lead}{phrase if person else phrase[:1].lower() + phrase[1:]}"
     else:
         phrase = phrase[:1].lower() + phrase[1:]
     if rest:
         phrase += " with " + " and ".join(rest)
+    if owned:
+        phrase += " for " + " and ".join(owned)
     return phrase
 
 
@@ -139,23 +186,45 @@ def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, s
 def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
     """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``."""
     out: dict[str, str] = {}
+    for record in _records(observations):
+        name = next((record[k] for k in _NAME_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
+        if name is not None:
+            for key, v in record.items():
+                if id_argument(str(key)) and isinstance(v, str | int):
+                    out.setdefault(str(v), name)
+    return out
 
-    def visit(value: Any) -> None:
+
+def _records(observations: Sequence[ToolObservation]) -> Iterator[Mapping[str, Any]]:
+    """Every object (at any depth) in the results that are not errors."""
+
+    def visit(value: Any) -> Iterator[Mapping[str, Any]]:
         if isinstance(value, Mapping):
-            name = next((value[k] for k in _NAME_KEYS if isinstance(value.get(k), str) and value[k].strip()), None)
-            if name is not None:
-                for key, v in value.items():
-                    if id_argument(str(key)) and isinstance(v, str | int):
-                        out.setdefault(str(v), name)
+            yield value
             for v in value.values():
-                visit(v)
+                yield from visit(v)
         elif isinstance(value, list):
             for v in value:
-                visit(v)
+                yield from visit(v)
 
     for obs in observations:
         if not obs.is_error:
-            visit(read_result(obs.content))
+            yield from visit(read_result(obs.content))
+
+
+def record_owners(observations: Sequence[ToolObservation]) -> dict[str, tuple[str, str]]:
+    """The records with no name of their own but a person's: ``{"TRK3": ("recipient", "Jonas Weber")}`` from
+    ``{"tracking_number": "TRK3", "recipient": "Jonas Weber"}`` (the key, for a lookup that filters by it)."""
+    out: dict[str, tuple[str, str]] = {}
+    for record in _records(observations):
+        if any(isinstance(record.get(k), str) and record[k].strip() for k in _NAME_KEYS):
+            continue
+        key = next((k for k in _OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
+                    and not any(c.isdigit() for c in record[k])), None)  # a person's name, not their id  # fmt: skip
+        if key is not None:
+            for k, v in record.items():
+                if id_argument(str(k)) and isinstance(v, str | int):
+                    out.setdefault(str(v), (key, record[key].strip()))
     return out
 
 
