@@ -133,10 +133,10 @@ def reference_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dic
 
 def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The chat of a task that names records, begun with the call a model makes when it does not look them up:
-    the first call after the lookups with each record's name where its id goes, and the server's real error
-    (that turn weighted 0, out of the loss), then the reference: the lookups and the calls. ``None`` for a task
-    that names no record, or when that wrong call does not fail (it is no mistake to recover from)."""
-    from langgraph_evolver.questioning.wording import record_names
+    the first call after the lookups with each record's name (or its owner's) where its id goes, and the
+    server's real error (that turn weighted 0, out of the loss), then the reference: the lookups and the calls.
+    ``None`` for a task that names no record, or when that wrong call does not fail (no mistake to recover from)."""
+    from langgraph_evolver.questioning.wording import record_names, record_owners
 
     reference = list(task.reference_solution or ())
     lookups = {int(i) for i, _ in task.metadata.get("resolves") or () if 0 <= int(i) < len(reference)}
@@ -145,7 +145,8 @@ def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict
     obs = env.reset(task)
     names: dict[str, str] = {}
     for i in sorted(lookups):
-        found = record_names([_step(env, [], f"lookup_{i}", reference[i])])
+        shown = [_step(env, [], f"lookup_{i}", reference[i])]
+        found = {**{k: owner for k, (_, owner) in record_owners(shown).items()}, **record_names(shown)}
         names.update({str(v): found[str(v)] for j, v in task.metadata["resolves"] if j == i and str(v) in found})
     first = next((c for i, c in enumerate(reference) if i not in lookups and isinstance(c.arguments, dict)
                   and any(str(v) in names for v in c.arguments.values())), None)  # fmt: skip
