@@ -20,15 +20,16 @@ import hashlib
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from langgraph_evolver.reference_scoring import normalized_arguments
-from langgraph_evolver.tool_results import holds_token, read_result
+from langgraph_evolver.tool_results import holds_token
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
-from .wording import Owned, describe_with_descriptions, id_argument, record_names, record_owners
+from .wording import Owned, describe_with_descriptions, id_argument, record_ids, record_names, record_owners
 
 __all__ = ["RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
 
@@ -132,24 +133,7 @@ class _Shown(NamedTuple):
 
 def _shown(obs: ToolObservation) -> _Shown:
     owners = tuple(owner for _, owner in record_owners([obs]).values())
-    return _Shown(_record_ids(obs), (*record_names([obs]).values(), *owners))
-
-
-def _record_ids(obs: ToolObservation) -> frozenset[str]:
-    found: set[str] = set()
-
-    def visit(value: Any) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if id_argument(str(k)) and isinstance(v, str | int):
-                    found.add(str(v))
-                visit(v)
-        elif isinstance(value, list):
-            for v in value:
-                visit(v)
-
-    visit(read_result(obs.content))
-    return frozenset(found)
+    return _Shown(record_ids([obs]), (*record_names([obs]).values(), *owners))
 
 
 def _names_id(shown: _Shown, call: ToolCall) -> bool:
@@ -225,8 +209,6 @@ def _named(
         for key, raw in (call.arguments if isinstance(call.arguments, dict) else {}).items():
             value, name = str(raw), records.get(str(raw), "")
             field, name = owners[value] if not name and value in owners else (None, name)
-            if field and sum(owner == name for _, owner in owners.values()) > 1:  # their only record, or none
-                continue
             if not id_argument(key) or value in names or not name or name == value:
                 continue
             if holds_token(earlier, value):
@@ -333,6 +315,8 @@ def synthesize(
 
     records = record_names([obs for _, obs in pairs]) if descriptions else {}
     owners = record_owners([obs for _, obs in pairs]) if descriptions else {}
+    owned = Counter(owner for _, owner in owners.values())
+    owners = {k: o for k, o in owners.items() if owned[o[1]] == 1}  # by owner only a person's only record
     shown = [_shown(obs) for _, obs in pairs]  # each observation's records, parsed once
     carried = {key: trajectory.task.metadata[key] for key in _CARRIED if trajectory.task.metadata.get(key)}
     probes = _probes(pairs, writes)

@@ -45,7 +45,15 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
 
-__all__ = ["Owned", "clause", "describe_with_descriptions", "id_argument", "record_names", "record_owners"]
+__all__ = [
+    "Owned",
+    "clause",
+    "describe_with_descriptions",
+    "id_argument",
+    "record_ids",
+    "record_names",
+    "record_owners",
+]
 
 _ID_SUFFIXES = ("_id", "_code", "_number", "_key")
 _NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
@@ -193,6 +201,15 @@ def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
                 if id_argument(str(key)) and isinstance(v, str | int):
                     out.setdefault(str(v), name)
     return out
+
+
+def record_ids(observations: Sequence[ToolObservation]) -> frozenset[str]:
+    """The ids the results hold as records' ids (under a key ``id_argument`` takes), not the same digits
+    elsewhere (a zone's ``"cap": 2``)."""
+    return frozenset(
+        str(v) for record in _records(observations) for k, v in record.items()
+        if id_argument(str(k)) and isinstance(v, str | int)
+    )  # fmt: skip
 
 
 def _records(observations: Sequence[ToolObservation]) -> Iterator[Mapping[str, Any]]:
