@@ -114,6 +114,14 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     assert isinstance(line["tasks_synthesized"], int) and line["tasks_synthesized"] >= 3
     assert line["sft_examples"] >= 1 and line["grpo_steps"] == 1 and isinstance(line["promoted"], bool)
     assert sum(line["split"].values()) == line["tasks_synthesized"]
+    # validation chose the candidate among the supervised and the GRPO adapter, and the held-out phase ran it
+    candidates = line["validation_candidates"]
+    assert set(candidates) == {"supervised", "grpo"} and line["validation_after"] == max(candidates.values())
+    assert candidates[line["chosen"]] == line["validation_after"]
+    expected = out / "4-supervise" / "adapter" if line["chosen"] == "supervised" else out / "5-grpo" / "train"
+    assert Path(line["adapter"]).is_relative_to(expected)
+    assert (out / "6-gate" / "supervised.jsonl").exists() and (out / "6-gate" / "grpo.jsonl").exists()
+    assert json.loads((out / "7-heldout" / "done.json").read_text())["adapter"] == line["adapter"]
     # the held-out tasks are in no training or selection input, and the GRPO child never saw them
     trained = "".join((out / "2-split" / f"{p}.jsonl").read_text() for p in PARTS)
     trained += "".join(f.read_text() for f in (out / "5-grpo" / "train" / "trajectories").glob("*.jsonl"))

@@ -11,8 +11,10 @@ ones and resumes a partly done GRPO from its last checkpoint):
 3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
 4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise;
 5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
-6. ``gate``: the evolve loop's paired gate (``gate.decide_paired``), candidate vs the starting model on the
-   validation part, same seeds;
+6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
+   seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
+   solves few tasks can drift), gated against the starting model by the evolve loop's paired gate
+   (``gate.decide_paired``);
 7. ``heldout`` (only with ``--heldout``): before and after on the user's tasks, paired and seeded. The file is
    opened in this phase and nowhere else: never trained on, never used to choose anything.
 
@@ -72,6 +74,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_generations", type=int, default=4, help="GRPO group size")
     p.add_argument("--batch_size", type=int, default=8, help="GRPO rollouts per step")
     p.add_argument("--grpo_steps", type=int, default=200, help="most GRPO steps (the time share stops it earlier)")
+    p.add_argument("--grpo_lr", type=float, default=1e-4, help="GRPO's learning rate (constant)")
     p.add_argument("--sft_steps", type=int, default=None, help="most supervised steps (default: its time share)")
     p.add_argument("--max_turns", type=int, default=8)
     p.add_argument("--max_completion_length", type=int, default=128)
@@ -255,8 +258,9 @@ def _supervise(run: Run, d: Path) -> dict[str, Any]:
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
-def _evaluate_pair(run: Run, tasks: list[Any], candidate: Path, d: Path) -> dict[str, Any]:
-    """The starting model and ``candidate`` on ``tasks``, k samples each, the same seeds; the gate's figures."""
+def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path) -> dict[str, Any]:
+    """The starting model and each candidate on ``tasks``, k samples each, the same seeds; the best candidate
+    there (the first on a tie) gated against the starting model. ``after.jsonl`` holds the chosen one's rollouts."""
     from langgraph_evolver.types import write_jsonl
     from trainers.evaluate import summarize
 
@@ -264,21 +268,30 @@ def _evaluate_pair(run: Run, tasks: list[Any], candidate: Path, d: Path) -> dict
 
     k, seed = run.args.k, run.args.seed
     before = run.rollouts(tasks, None, k=k, seed=seed)
-    after = run.rollouts(tasks, candidate, k=k, seed=seed)
     write_jsonl(d / "before.jsonl", before)
+    scored: dict[str, tuple[float, list[Any]]] = {}
+    for name, adapter in candidates.items():
+        after = run.rollouts(tasks, adapter, k=k, seed=seed)
+        if len(candidates) > 1:
+            write_jsonl(d / f"{name}.jsonl", after)
+        scored[name] = (summarize(after, k)["all"][f"avg@{k}"], after)
+    chosen = max(scored, key=lambda name: scored[name][0])
+    mean, after = scored[chosen]
     write_jsonl(d / "after.jsonl", after)
-    decision = decide_paired(sample_rewards(after), sample_rewards(before), min_gain=run.args.min_gain,
-                             seed=seed)  # fmt: skip
-    return {"before": summarize(before, k)["all"][f"avg@{k}"], "after": summarize(after, k)["all"][f"avg@{k}"],
-            "decision": decision.to_dict()}  # fmt: skip
+    decision = decide_paired(sample_rewards(after), sample_rewards(before), min_gain=run.args.min_gain, seed=seed)
+    return {"before": summarize(before, k)["all"][f"avg@{k}"], "after": mean, "decision": decision.to_dict(),
+            "chosen": chosen, "adapter": str(candidates[chosen]),
+            "candidates": {name: v[0] for name, v in scored.items()}}  # fmt: skip
 
 
-def _gate(run: Run, d: Path, candidate: Path) -> dict[str, Any]:
+def _gate(run: Run, d: Path) -> dict[str, Any]:
+    """Validation chooses the candidate, the supervised adapter on a tie (GRPO from an adapter that solves few
+    tasks can drift), and gates it against the starting model."""
     tasks = _tasks_file(run.dir("split") / "validation.jsonl")
-    return _evaluate_pair(run, tasks, candidate, d)
+    return _evaluate(run, tasks, {"supervised": run.dir("supervise") / "adapter", "grpo": _grpo_adapter(run)}, d)
 
 
-def _heldout(run: Run, d: Path, candidate: Path) -> dict[str, Any]:
+def _heldout(run: Run, d: Path) -> dict[str, Any]:
     """The only place ``--heldout`` is opened."""
     path = Path(run.args.heldout)
     try:
@@ -289,7 +302,7 @@ def _heldout(run: Run, d: Path, candidate: Path) -> dict[str, Any]:
                           "docs/mcp.md) or Task objects (id, query, reference_solution).") from e  # fmt: skip
     if not tasks:
         raise ConfigError(f"--heldout {path} holds no tasks.")
-    return {"tasks": len(tasks), **_evaluate_pair(run, tasks, candidate, d)}
+    return {"tasks": len(tasks), **_evaluate(run, tasks, dict([_chosen(run)]), d)}
 
 
 def _promote(run: Run, adapter: Path) -> str:
@@ -320,10 +333,10 @@ def adapt(args: argparse.Namespace) -> dict[str, Any]:
         ("rollouts", lambda d: _own_rollouts(run, d)),
         ("supervise", lambda d: _supervise(run, d)),
         ("grpo", lambda d: grpo_phase(run, d, LORA)),
-        ("gate", lambda d: _gate(run, d, _candidate(run))),
+        ("gate", lambda d: _gate(run, d)),
     ]
     if args.heldout:
-        steps.append(("heldout", lambda d: _heldout(run, d, _candidate(run))))
+        steps.append(("heldout", lambda d: _heldout(run, d)))
     results: dict[str, dict[str, Any]] = {}
     try:
         for name, fn in steps:
@@ -337,12 +350,18 @@ def adapt(args: argparse.Namespace) -> dict[str, Any]:
         run.stop()
     line = _line(run, results)
     if args.promote and line["promoted"]:
-        line["served"] = _promote(run, _candidate(run))
+        line["served"] = _promote(run, _chosen(run)[1])
     return line
 
 
-def _candidate(run: Run) -> Path:
+def _grpo_adapter(run: Run) -> Path:
     return Path(json.loads((run.dir("grpo") / "done.json").read_text())["adapter"])
+
+
+def _chosen(run: Run) -> tuple[str, Path]:
+    """The adapter the gate chose on validation, by name (a gate done before the choice existed: the GRPO one)."""
+    gate = json.loads((run.dir("gate") / "done.json").read_text())
+    return (gate["chosen"], Path(gate["adapter"])) if "adapter" in gate else ("grpo", _grpo_adapter(run))
 
 
 def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -363,9 +382,11 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "validation_before": gate["before"],
         "validation_after": gate["after"],
         "validation_lower_bound": gate["decision"]["lower_bound"],
+        "validation_candidates": gate.get("candidates"),
+        "chosen": _chosen(run)[0],
         "promoted": gate["decision"]["promote"],
         "gate_reason": gate["decision"]["reason"],
-        "adapter": str(_candidate(run)),
+        "adapter": str(_chosen(run)[1]),
         "wall_s": round(time.perf_counter() - run.started, 1),
         "phases_s": round(sum(r.get("phase_s", 0.0) for r in results.values()), 1),
     }

@@ -68,7 +68,7 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
               "synthetic_ratio": 1.0, "num_generations": a.num_generations,
               "per_device_train_batch_size": a.batch_size, "gradient_accumulation_steps": 1,
               "max_tokens_per_microbatch": 2048,  # a 49k-token vocabulary's logits are the memory peak
-              "learning_rate": 5e-4, "lr_scheduler_type": "constant", "beta": 0.0, "loss_type": "dapo",
+              "learning_rate": a.grpo_lr, "lr_scheduler_type": "constant", "beta": 0.0, "loss_type": "dapo",
               "eval_before": False, "eval_after": False, "save_strategy": "steps", "save_steps": 1,
               "save_total_limit": 2, "logging_steps": 1, "seed": a.seed}  # fmt: skip
     config = {k: v for k, v in config.items() if v is not None}
