@@ -123,6 +123,12 @@ def _shown(arg: str, value: Any, records: Mapping[Any, str], names: Mapping[str,
     return f"'{text}'"
 
 
+def _article_noun(phrase: str, noun: str, *, plural: bool = True) -> re.Match[str] | None:
+    """An article, up to two words and ``noun`` ("a book", "one or more overdue books"): group 1 the words, 2 an s."""
+    tail = "(s?)" if plural else ""
+    return re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(noun)}{tail}(?![\w-])", phrase, re.I)
+
+
 def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: Mapping[str, str] | None = None) -> str:
     """One call as a request, from its tool's description (see the module docstring); lower case first. Ids in
     ``names`` are shown by their record's name only."""
@@ -141,7 +147,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
         shown = _shown(arg, value, records, names)
         owner = (names or {}).get(str(value))
         if isinstance(owner, Owned):  # "a shipment" -> "Jonas Weber's shipment"
-            found = re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(owner.noun)}(?![\w-])", phrase, re.I)
+            found = _article_noun(phrase, owner.noun, plural=False)
             if found:
                 phrase = phrase.replace(found.group(0), f"{found.group(1)}{owner.phrase}", 1)
                 owner_first = owner_first or owner
@@ -149,7 +155,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
                 owned.append(owner.phrase)
             continue
         numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
-        found = re.search(rf"\b{_ARTICLES}\s+((?:[a-z]+\s+){{0,2}}?){re.escape(noun)}(s?)(?![\w-])", phrase, re.I)
+        found = _article_noun(phrase, noun)
         amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
                            re.I) if numeric else None  # fmt: skip
         if amount:  # "some months" + months=2: "2 months"
