@@ -116,17 +116,20 @@ def test_async_explorer_matches_the_sync_one():
 def test_synthesized_tasks_have_unique_new_ids_and_do_not_collapse(sandbox_candidates):
     seeds = seed_tasks("train")
     ids = [t.id for t in sandbox_candidates]
-    # An id is its content's (world + reference): two explorations of one world may find the same
-    # task (same id, removed later as a duplicate); different content never shares an id.
+    # An id is its content's (world + reference, + the field a fact question asks for): two explorations of one
+    # world may find the same task (same id, removed later as a duplicate); different content never shares an id.
     content = {
-        t.id: json.dumps([t.env_params, [c.to_dict() for c in t.reference_solution]]) for t in sandbox_candidates
+        t.id: json.dumps([t.env_params, [c.to_dict() for c in t.reference_solution], t.metadata.get("fact")])
+        for t in sandbox_candidates
     }
     assert len(content) >= 20 and len(set(content.values())) == len(content)
     first = synthesize(explore(SandboxEnvironment(), exploration_task(seeds[0], seed=0), seed=0), seed=0)
     assert len({t.id for t in first}) == len(first) >= 10
     assert not set(ids) & {t.id for t in seeds} and all(i.startswith("synthetic-") for i in ids)
     assert len({t.query for t in first}) == len(first)
-    assert len({json.dumps([c.to_dict() for c in t.reference_solution]) for t in first}) == len(first)
+    assert len(
+        {json.dumps([[c.to_dict() for c in t.reference_solution], t.metadata.get("fact")]) for t in first}
+    ) == len(first)
     assert len({id(t) for t in first}) == len(first)
     assert len({id(t.metadata) for t in first}) == len({id(t.reference_solution) for t in first}) == len(first)
     assert {t.source for t in sandbox_candidates} == {"synthetic"}

@@ -337,3 +337,51 @@ def test_the_new_modules_examples_run(module):
 
     result = doctest.testmod(importlib.import_module(f"langgraph_evolver.{module}"))
     assert result.failed == 0 and (result.attempted >= 1 or module == "questioning.reach")
+
+
+def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
+    """Users ask one fact by a name ("How much does Ben Osei owe?"): a record a read returned gives a question
+    about one of its plain fields, by the record's name only; its reference is the lookup by that name (and the
+    read when the read needs the id), its answer the field's value. Writes and ids give none."""
+    from langgraph_evolver.questioning.facts import fact_questions
+    from langgraph_evolver.questioning.wording import record_names
+    from langgraph_evolver.types import ToolObservation
+
+    def pair(name: str, arguments: dict[str, Any], result: Any) -> tuple[ToolCall, ToolObservation]:
+        return ToolCall(name=name, arguments=arguments), ToolObservation(call_id="", name=name,
+                                                                         content=json.dumps(result))  # fmt: skip
+
+    members = [{"member_id": "M1", "name": "Ada Novak"}, {"member_id": "M2", "name": "Ben Osei"}]
+    pairs = [pair("find_member", {"name": ""}, members),
+             pair("get_member", {"member_id": "M2"}, {"member_id": "M2", "name": "Ben Osei", "fine": 2.5,
+                                                      "loans": ["L1"], "joined": "2021"}),
+             pair("search_books", {"query": ""}, [{"book_id": "B1", "title": "Beloved", "available": 2}]),
+             pair("pay_fine", {"member_id": "M2", "amount": 1}, {"member_id": "M2", "fine": 1.5})]  # fmt: skip
+
+    def find(value: str, name: str) -> ToolCall | None:
+        tool, key = ("find_member", "name") if value.startswith("M") else ("search_books", "query")
+        return ToolCall(name=tool, arguments={key: name})
+
+    facts = fact_questions(pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find, seed=3)
+    by_record = {f.resolves[0][1]: f for f in facts}
+    assert set(by_record) == {"M2", "B1"}, facts  # M1's listing row has no field; pay_fine writes
+    ben, book = by_record["M2"], by_record["B1"]
+    assert ben.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}), pairs[1][0])
+    assert (ben.field, ben.answer) in {("fine", "2.5"), ("joined", "2021")}
+    assert "Ben Osei" in ben.query and "M2" not in ben.query and ben.field.replace("_", " ") in ben.query
+    assert book.reference == (ToolCall(name="search_books", arguments={"query": "Beloved"}),)  # the search shows it
+    assert (book.field, book.answer) == ("available", "2") and "Beloved" in book.query
+
+
+@pytest.mark.timeout(300)
+def test_a_fact_whose_answer_the_reads_do_not_return_is_refused():
+    from langgraph_evolver.questioning.filters import check_feasibility
+    from langgraph_evolver.types import Task
+
+    reference = (ToolCall(name="find_member", arguments={"name": "Ben Osei"}),
+                 ToolCall(name="get_member", arguments={"member_id": "M2"}))  # fmt: skip
+    right = Task(id="fact", query="How much is Ben Osei's fine?", env=spec("library.py"), reference_solution=reference,
+                 source="synthetic", metadata={"answer": "2.5", "fact": "fine", "resolves": [[0, "M2"]]})  # fmt: skip
+    wrong = Task.from_dict({**right.to_dict(), "metadata": {**right.metadata, "answer": "7.25"}})
+    assert check_feasibility(right, lambda t: load_environment(t.env))[0] is None
+    assert check_feasibility(wrong, lambda t: load_environment(t.env))[0] == "the reads do not return the fact's answer"

@@ -37,6 +37,7 @@ from langgraph_evolver.tool_results import holds_token
 from langgraph_evolver.types import Action, Task
 
 from ..environment import TaskEnvironmentFactory
+from .facts import FACT_KEY
 from .profile import tool_kind
 from .synthesize import RESOLVES_KEY
 
@@ -231,6 +232,8 @@ def check_feasibility(
             values = expected_answer(task) or expected_values(task.query, task.reference_solution or (), observations)
             if not values:
                 return "read task with no expected answer", info
+            if task.metadata.get(FACT_KEY) and not any(holds_token(o, values[0]) for o in observations):
+                return "the reads do not return the fact's answer", info
             if expected_answer(task) is None:
                 info["expected_values"] = values
                 task = dataclasses.replace(task, metadata={**task.metadata, EXPECTED_KEY: values})

@@ -8,7 +8,8 @@ world is the exploration's (``env`` and ``env_params``), so a fresh instance reb
 checker of such a task is the state its reference produces (feasibility-filtered afterwards). With
 tool descriptions, a sequence whose ids have records' names is also written as people ask, naming
 the records ("lend 'Song of Solomon' to 'Ada Novak'"), its reference preceded by the lookups that
-find the ids (``_named``; ``metadata["resolves"]``, checked on replay).
+find the ids (``_named``; ``metadata["resolves"]``, checked on replay). And a named record's one field is
+asked for as a single fact ("What is Ben Osei's fines?", ``facts.fact_questions``), checked by that value.
 
 It never looks at an environment's seed-task templates; ``phrasing_overlap`` measures how close
 the synthetic queries are to the seed queries anyway, so "synthetic ≈ seed" can be checked.
@@ -28,6 +29,7 @@ from langgraph_evolver.reference_scoring import normalized_arguments
 from langgraph_evolver.tool_results import holds_token
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
+from .facts import FACT_KEY, fact_questions
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
 from .wording import Owned, describe_with_descriptions, id_argument, record_ids, record_names, record_owners
 
@@ -335,18 +337,7 @@ def synthesize(
                 ToolCall(name=c.name, arguments=dict(c.arguments) if isinstance(c.arguments, dict) else c.arguments)
                 for c, _ in chosen
             ))  # fmt: skip
-            key = json.dumps(
-                [
-                    trajectory.task.env,
-                    trajectory.task.env_params,
-                    *([carried["setup"]] if "setup" in carried else []),
-                    [c.to_dict() for c in reference],
-                ],
-                sort_keys=True,
-                default=str,
-            )
-            digest = hashlib.sha1(key.encode()).hexdigest()
-            task_id = f"synthetic-{digest[:16]}"
+            task_id, digest = _task_id(trajectory, carried, reference)
             if task_id in tasks:
                 continue
             query = describer(chosen) if describer is not None else None
@@ -356,27 +347,45 @@ def synthesize(
                 )
             if not query:
                 query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
-            tasks[task_id] = Task(
-                id=task_id,
-                query=query,
-                env=trajectory.task.env,
-                env_params=json.loads(json.dumps(trajectory.task.env_params, default=str)),
-                reference_solution=reference,
-                source="synthetic",
-                metadata={
-                    "level": len(reference),
-                    "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
-                    "exploration_id": trajectory.id,
-                    "synthesizer": SYNTHESIZER_NAME if describer is None else f"{SYNTHESIZER_NAME}+describer",
-                    **carried,
-                    **({SNAPSHOT_KEY: probes} if probes and trajectory.metadata.get("task_setup") else {}),
-                    **({RESOLVES_KEY: resolves} if resolves else {}),
-                },
-            )
+            tasks[task_id] = _task(trajectory, task_id, query, reference, {
+                "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
+                "synthesizer": SYNTHESIZER_NAME if describer is None else f"{SYNTHESIZER_NAME}+describer",
+                **carried,
+                **({SNAPSHOT_KEY: probes} if probes and trajectory.metadata.get("task_setup") else {}),
+                **({RESOLVES_KEY: resolves} if resolves else {}),
+            })  # fmt: skip
+    if descriptions and describer is None:  # single facts asked by a record's name ("What is Ben Osei's fines?")
+
+        def find(value: str, name: str) -> ToolCall | None:
+            return _lookup_for(pairs, shown, value, name, writes)
+
+        for fact in fact_questions(pairs, records, writes, find, seed=seed):
+            task_id, _ = _task_id(trajectory, carried, fact.reference, fact.field)
+            tasks.setdefault(task_id, _task(trajectory, task_id, fact.query, fact.reference, {
+                "confidence": 1.0, "synthesizer": SYNTHESIZER_NAME, **carried, "answer": fact.answer,
+                FACT_KEY: fact.field, RESOLVES_KEY: fact.resolves}))  # fmt: skip
     out = list(tasks.values())
     if max_tasks is not None and len(out) > max_tasks:
         out = random.Random(seed).sample(out, max_tasks)
     return out
+
+
+def _task_id(trajectory: Trajectory, carried: dict[str, Any], reference: Sequence[ToolCall], *extra: str
+             ) -> tuple[str, str]:  # fmt: skip
+    """``synthetic-<hash>`` of the world and the reference (and ``extra``: a fact's field), and the whole hash."""
+    key = json.dumps([trajectory.task.env, trajectory.task.env_params,
+                      *([carried["setup"]] if "setup" in carried else []), [c.to_dict() for c in reference], *extra],
+                     sort_keys=True, default=str)  # fmt: skip
+    digest = hashlib.sha1(key.encode()).hexdigest()
+    return f"synthetic-{digest[:16]}", digest
+
+
+def _task(trajectory: Trajectory, task_id: str, query: str, reference: Sequence[ToolCall],
+          metadata: dict[str, Any]) -> Task:  # fmt: skip
+    return Task(id=task_id, query=query, env=trajectory.task.env,
+                env_params=json.loads(json.dumps(trajectory.task.env_params, default=str)),
+                reference_solution=tuple(reference), source="synthetic",
+                metadata={"level": len(reference), **metadata, "exploration_id": trajectory.id})  # fmt: skip
 
 
 _CARRIED = ("setup",)

@@ -46,6 +46,7 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
 
 __all__ = [
+    "NAME_KEYS",
     "Owned",
     "clause",
     "describe_with_descriptions",
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 _ID_SUFFIXES = ("_id", "_code", "_number", "_key")
-_NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
+NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
 _OWNER_KEYS = ("recipient", "owner", "customer", "client", "member", "patient", "guest", "holder", "assignee",
                "requester", "sender", "user", "host", "tenant", "buyer", "employee", "student")  # fmt: skip
 """Keys of a record that hold the person it belongs to: a record with no name goes by theirs."""
@@ -201,7 +202,7 @@ def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
     """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``."""
     out: dict[str, str] = {}
     for record in _records(observations):
-        name = next((record[k] for k in _NAME_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
+        name = next((record[k] for k in NAME_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
         if name is not None:
             for key, v in record.items():
                 if id_argument(str(key)) and isinstance(v, str | int):
@@ -240,7 +241,7 @@ def record_owners(observations: Sequence[ToolObservation]) -> dict[str, tuple[st
     ``{"tracking_number": "TRK3", "recipient": "Jonas Weber"}`` (the key, for a lookup that filters by it)."""
     out: dict[str, tuple[str, str]] = {}
     for record in _records(observations):
-        if any(isinstance(record.get(k), str) and record[k].strip() for k in _NAME_KEYS):
+        if any(isinstance(record.get(k), str) and record[k].strip() for k in NAME_KEYS):
             continue
         key = next((k for k in _OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
                     and not any(c.isdigit() for c in record[k])), None)  # a person's name, not their id  # fmt: skip
