@@ -73,6 +73,17 @@ def test_a_task_asked_by_name_stays_in_the_part_of_the_same_task_asked_by_id():
         assert where["by-id"] == where["by-name"], (seed, where)
 
 
+def test_tasks_that_are_only_lookups_are_not_one_family():
+    """A fact question answered by the search itself ("What is the author of Beloved?": search_books) is all
+    lookups; without its calls every such task would share the empty family and land in one part."""
+    facts = [Task(id=f"f{i}", query=f"What is the author of book {i}?", metadata={"resolves": [[0, f"B{i}"]]},
+                  reference_solution=(ToolCall(name="search_books", arguments={"query": f"book {i}"}),))
+             for i in range(12)]  # fmt: skip
+    assert len({family(t) for t in facts}) == 12
+    parts = split_tasks(facts, (0.4, 0.4, 0.2), seed=0)
+    assert all(parts[name] for name in PARTS)
+
+
 def _argv(out: Path, heldout: Path, *extra: str) -> list[str]:
     return ["adapt", "--env", ROOMS, "--model_path", str(ROOT / "checkpoints" / "tiny-policy"), "--minutes", "8",
             "--output_dir", str(out), "--heldout", str(heldout), "--tasks", "6", "--max_explorations", "2",

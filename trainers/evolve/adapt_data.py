@@ -44,9 +44,11 @@ def signature(task: Task) -> str:
 def family(task: Task) -> str:
     """What a task does however it is asked: its reference calls without the lookups that a request naming
     records adds (``metadata["resolves"]``), so "lend book B103 to member M1" and "lend 'Song of Solomon' to
-    'Ada Novak'" (``find_member``, ``search_books``, then the same ``borrow``) are one family."""
+    'Ada Novak'" (``find_member``, ``search_books``, then the same ``borrow``) are one family. A task that is
+    only lookups (a fact question answered by the search itself) is its own calls."""
     lookups = {index for index, _ in task.metadata.get("resolves") or ()}
-    calls = [(c.name, c.arguments) for i, c in enumerate(task.reference_solution or ()) if i not in lookups]
+    every = [(c.name, c.arguments) for c in task.reference_solution or ()]
+    calls = [call for i, call in enumerate(every) if i not in lookups] or every
     return hashlib.sha256(json.dumps(calls, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
