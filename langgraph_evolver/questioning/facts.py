@@ -22,7 +22,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import tool_entity
-from .wording import NAME_KEYS, id_argument
+from .wording import NAME_KEYS, id_argument, id_values
 
 __all__ = ["FACT_KEY", "Fact", "fact_questions"]
 
@@ -85,8 +85,7 @@ def fact_questions(
         args = call.arguments if isinstance(call.arguments, dict) else {}
         needs = {str(v) for k, v in args.items() if id_argument(k)}
         for record in _top_records(obs.content):
-            ids = [str(v) for k, v in record.items() if id_argument(str(k)) and isinstance(v, str | int)]
-            value = next((i for i in ids if i in records), None)
+            value = next((i for i in id_values(record) if i in records), None)
             if value is None or needs - {value}:  # the read needs ids other than this record's
                 continue
             name = records[value]

@@ -51,6 +51,7 @@ __all__ = [
     "clause",
     "describe_with_descriptions",
     "id_argument",
+    "id_values",
     "record_ids",
     "record_names",
     "record_owners",
@@ -98,6 +99,11 @@ def _first_clause(description: str) -> str:
 def id_argument(arg: str) -> bool:
     """Whether an argument holds a record's id by its name (``id``, ``book_id``, ``order_code``, ``order_number``)."""
     return arg == "id" or (arg.endswith(_ID_SUFFIXES) and not any(arg == s for s in _ID_SUFFIXES))
+
+
+def id_values(record: Mapping[str, Any]) -> list[str]:
+    """A record's ids: the values (strings or numbers) under the keys ``id_argument`` takes."""
+    return [str(v) for k, v in record.items() if id_argument(str(k)) and isinstance(v, str | int)]
 
 
 def _noun(arg: str) -> str:
@@ -204,19 +210,15 @@ def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
     for record in _records(observations):
         name = next((record[k] for k in NAME_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
         if name is not None:
-            for key, v in record.items():
-                if id_argument(str(key)) and isinstance(v, str | int):
-                    out.setdefault(str(v), name)
+            for value in id_values(record):
+                out.setdefault(value, name)
     return out
 
 
 def record_ids(observations: Sequence[ToolObservation]) -> frozenset[str]:
     """The ids the results hold as records' ids (under a key ``id_argument`` takes), not the same digits
     elsewhere (a zone's ``"cap": 2``)."""
-    return frozenset(
-        str(v) for record in _records(observations) for k, v in record.items()
-        if id_argument(str(k)) and isinstance(v, str | int)
-    )  # fmt: skip
+    return frozenset(value for record in _records(observations) for value in id_values(record))
 
 
 def _records(observations: Sequence[ToolObservation]) -> Iterator[Mapping[str, Any]]:
@@ -246,9 +248,8 @@ def record_owners(observations: Sequence[ToolObservation]) -> dict[str, tuple[st
         key = next((k for k in _OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
                     and not any(c.isdigit() for c in record[k])), None)  # a person's name, not their id  # fmt: skip
         if key is not None:
-            for k, v in record.items():
-                if id_argument(str(k)) and isinstance(v, str | int):
-                    out.setdefault(str(v), (key, record[key].strip()))
+            for value in id_values(record):
+                out.setdefault(value, (key, record[key].strip()))
     return out
 
 
