@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task, ToolCall
 
-__all__ = ["load_mcp_tasks", "parse_mcp_spec", "task_calls"]
+__all__ = ["load_mcp_tasks", "load_task_file", "parse_mcp_spec", "task_calls"]
 
 logger = logging.getLogger("env_tools.mcp")  # the environment's logger, as before the split
 
@@ -122,3 +122,19 @@ def load_mcp_tasks(path: str | Path, *, env: str = "mcp") -> dict[str, list[Task
                     metadata=metadata)  # fmt: skip
         splits.setdefault(str(row.get("split", "train")), []).append(task)
     return splits
+
+
+def load_task_file(path: str | Path, *, env: str = "mcp") -> list[Task]:
+    """Every task of a file in either format: ``Task`` rows (with ``reference_solution``, as the synthesizer
+    writes them) or the MCP tasks format above (every split)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"tasks file {str(path)!r} does not exist.")
+    first = next((line for line in path.read_text().splitlines() if line.strip()), "")
+    try:
+        task_rows = "reference_solution" in json.loads(first or "{}")
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:1 is not JSON: {e}") from e
+    if task_rows:
+        return [Task.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [t for split in load_mcp_tasks(path, env=env).values() for t in split]

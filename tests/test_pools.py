@@ -14,6 +14,7 @@ from tests.conftest import LORA
 from trainers.pools import (
     check_disjoint,
     check_grpo_tasks,
+    load_spec,
     main,
     new_recipe,
     old_recipe,
@@ -91,6 +92,38 @@ def test_the_overlap_command_reads_pools_and_task_files(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["either"] == 0
     assert main(["overlap", str(tmp_path / "missing.jsonl"), "sandbox:rl"]) == 2
     assert "neither sandbox:NAME" in capsys.readouterr().err
+
+
+def test_the_overlap_command_reads_mcp_task_files_and_counts_the_same_calls_in_other_words(tmp_path, capsys):
+    """A hand-written MCP task and a synthesized Task row asking for the same reads in other words share
+    neither an id nor a signature, only their reference calls (``by_calls``), which ``check_disjoint`` allows."""
+    calls = [
+        {"name": "find_member", "arguments": {"name": "Ben Osei"}},
+        {"name": "get_member", "arguments": {"member_id": "M2"}},
+    ]
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(
+        json.dumps(
+            {"id": "lib-3", "instruction": "How much does Ben Osei owe in fines?", "reference": calls, "answer": "2.5"}
+        )
+        + "\n"
+        + json.dumps({"id": "lib-4", "instruction": "Who wrote Beloved?"})
+        + "\n"
+    )
+    synth = tmp_path / "synth.jsonl"
+    rows = [
+        {"id": "s1", "query": "What is the fine of Ben Osei?", "env": "mcp", "reference_solution": calls},
+        {"id": "s2", "query": "Who wrote Beloved?", "env": "mcp", "reference_solution": calls[:1]},
+    ]
+    synth.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["overlap", str(mine), str(synth)]) == 0
+    found = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (found["a"], found["by_id"], found["by_signature"], found["by_calls"]) == (2, 0, 0, 1)
+    assert overlap(load_spec(str(synth)), load_spec(str(mine)))["by_calls"] == 1  # s2's one lookup is not lib-3's two
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert main(["overlap", str(bad), str(synth)]) == 2
+    assert "not JSON" in capsys.readouterr().err
 
 
 def test_trainers_grpo_refuses_to_train_on_its_held_out_pool(tmp_path, capsys, monkeypatch):

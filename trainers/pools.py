@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from env_tools.mcp_tasks import load_task_file
 from env_tools.sandbox.pools import signature, split_tasks
 from env_tools.sandbox.tasks import generate_tasks
 from langgraph_evolver.errors import ConfigError
@@ -35,7 +36,8 @@ def sig_hash(task: Task) -> str:
 
 
 def load_spec(spec: str) -> list[Task]:
-    """``sandbox:NAME[:N]`` (a pool or the legacy ``train`` split), or a tasks JSONL file (one ``Task`` a line)."""
+    """``sandbox:NAME[:N]`` (a pool or the legacy ``train`` split), or a tasks JSONL file (``Task`` rows or the
+    MCP tasks format)."""
     if spec.startswith("sandbox:"):
         try:
             return split_tasks(spec.removeprefix("sandbox:"))
@@ -44,14 +46,16 @@ def load_spec(spec: str) -> list[Task]:
     path = Path(spec)
     if not path.is_file():
         raise ConfigError(f"{spec!r} is neither sandbox:NAME[:N] (e.g. sandbox:rl:600) nor a tasks JSONL file")
-    tasks = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                tasks.append(Task.from_dict(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ConfigError(f"{path}:{n} is not a task ({type(e).__name__}: {e})") from None
-    return tasks
+    try:
+        return load_task_file(path)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path} is not a tasks file ({type(e).__name__}: {e})") from None
+
+
+def calls_hash(task: Task) -> str | None:
+    """The reference calls alone (None without any): the same work asked in other words shares it."""
+    calls = [[c.name, c.arguments] for c in task.reference_solution or []]
+    return hashlib.sha1(json.dumps(calls, sort_keys=True).encode()).hexdigest()[:16] if calls else None
 
 
 def _keys(tasks: list[Task]) -> tuple[dict[str, Task], dict[str, Task]]:
@@ -63,13 +67,17 @@ def _keys(tasks: list[Task]) -> tuple[dict[str, Task], dict[str, Task]]:
 
 
 def overlap(a: list[Task], b: list[Task]) -> dict[str, Any]:
-    """How many tasks of ``a`` share an id / a signature / either with some task of ``b``, and the first of them."""
+    """How many tasks of ``a`` share an id / a signature / either with some task of ``b``, and the first of them;
+    ``by_calls``: how many share their reference calls alone (the same work in other words; not an overlap
+    ``check_disjoint`` refuses: two requests of one small world often need the same reads)."""
     ids, sigs = _keys(b)
+    calls = {h for t in b if (h := calls_hash(t))}
     by_id = [t for t in a if t.id in ids]
     by_sig = [t for t in a if sig_hash(t) in sigs]
     either = [t for t in a if t.id in ids or sig_hash(t) in sigs]
     first = either[0] if either else None
     return {"a": len(a), "b": len(b), "by_id": len(by_id), "by_signature": len(by_sig), "either": len(either),
+            "by_calls": sum(calls_hash(t) in calls for t in a),
             "first": None if first is None else {"task": first.id, "query": first.query,
                                                  "other": (ids.get(first.id) or sigs[sig_hash(first)]).id}}  # fmt: skip
 
@@ -188,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             found = overlap(load_spec(args.a), load_spec(args.b))
             first = found["first"]
             print(f"{args.a} ({found['a']} tasks) vs {args.b} ({found['b']} tasks): {found['by_id']} share an id, "
-                  f"{found['by_signature']} share a query + reference calls"
+                  f"{found['by_signature']} share a query + reference calls, {found['by_calls']} the reference calls"
                   + (f"; first {first['task']} = {first['other']}" if first else ""))  # fmt: skip
             print(json.dumps({"a": args.a, "b": args.b, **found}))
         else:

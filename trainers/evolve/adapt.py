@@ -168,16 +168,6 @@ def _tasks_file(path: Path) -> list[Any]:
     return list(read_jsonl(path, Task))
 
 
-def read_heldout(path: Path, env: str) -> list[Any]:
-    """A user's task file: the MCP tasks format (``env_tools.mcp.load_mcp_tasks``, every split) or ``Task`` rows."""
-    from env_tools.mcp import load_mcp_tasks
-
-    first = next((line for line in path.read_text().splitlines() if line.strip()), "")
-    if "reference_solution" in json.loads(first or "{}"):
-        return _tasks_file(path)
-    return [t for split in load_mcp_tasks(path, env=env).values() for t in split]
-
-
 def _write_tasks(path: Path, tasks: Sequence[Any]) -> None:
     path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
 
@@ -293,9 +283,11 @@ def _gate(run: Run, d: Path) -> dict[str, Any]:
 
 def _heldout(run: Run, d: Path) -> dict[str, Any]:
     """The only place ``--heldout`` is opened."""
+    from env_tools.mcp_tasks import load_task_file
+
     path = Path(run.args.heldout)
     try:
-        tasks = read_heldout(path, run.args.env)
+        tasks = load_task_file(path, env=run.args.env)
     except Exception as e:  # noqa: BLE001 - whatever the reader raised, said with the file's name
         raise ConfigError(f"--heldout {path} did not load ({type(e).__name__}: {e}): it must be a JSONL file of "
                           "tasks, one a line: the MCP tasks format (id, instruction, reference, check or answer: "
