@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp.client.stdio  # noqa: F401 - first imported here, its errlog default is the real stderr, not a capsys buffer
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
