@@ -404,3 +404,34 @@ def test_a_record_with_no_name_is_asked_for_by_its_owners_when_it_is_their_only_
     first = by_owner[0].reference_solution[0]
     assert (first.name, first.arguments) == ("list_shipments", {"recipient": "Jonas Weber"})
     assert not any("Hana Sato's" in t.query for t in named)
+
+
+def test_a_record_found_only_among_its_owner_s_is_named_by_both():
+    """A loan no read finds by its title, but ``list_loans(member_id)`` lists it and the member is found by name:
+    "check Dev Patel's loan of 'Middlemarch' back in", its reference the member's lookup, the listing, the write.
+    A title the listing holds twice names no loan; a loan record's three ids (loan, book, member) are one
+    record, not three with the same title."""
+    from langgraph_evolver.questioning.synthesize import synthesize
+
+    loans = [{"loan_id": "L2", "book_id": "B106", "title": "Middlemarch", "member_id": "M4"},
+             {"loan_id": "L4", "book_id": "B107", "title": "Beloved", "member_id": "M4"},
+             {"loan_id": "L7", "book_id": "B107", "title": "Beloved", "member_id": "M4"}]  # fmt: skip
+    trajectory = _explored([
+        (ToolCall(name="find_member", arguments={"name": ""}),
+         json.dumps([{"member_id": "M4", "name": "Dev Patel"}, {"member_id": "M1", "name": "Ada Novak"}])),
+        (ToolCall(name="list_loans", arguments={"member_id": "M4"}), json.dumps(loans)),
+        (ToolCall(name="return_book", arguments={"loan_id": "L2"}), '{"loan_id": "L2", "returned": true}'),
+        (ToolCall(name="return_book", arguments={"loan_id": "L4"}), '{"loan_id": "L4", "returned": true}'),
+    ], {"find_member": "Members whose name contains the text.", "list_loans": "A member's open loans.",
+        "return_book": "Check a loan back in; a late return charges a fine."})  # fmt: skip
+    tasks = synthesize(trajectory)
+    named = [t for t in tasks if "Dev Patel's loan of 'Middlemarch'" in t.query]
+    assert named, [t.query for t in tasks]
+    task = named[0]
+    assert [(c.name, c.arguments) for c in task.reference_solution] == [
+        ("find_member", {"name": "Dev Patel"}), ("list_loans", {"member_id": "M4"}), ("return_book", {"loan_id": "L2"})
+    ]  # fmt: skip
+    assert task.metadata["resolves"] == [[0, "M4"], [1, "L2"]] and "L2" not in task.query
+    assert not any("loan of 'Beloved'" in t.query for t in tasks)
+    trajectory.metadata["tool_arguments"] = {"search_loans": ["text"]}  # a search lists loans: none reached
+    assert not any("loan of" in t.query for t in synthesize(trajectory))

@@ -31,7 +31,16 @@ from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .facts import FACT_KEY, fact_questions
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
-from .wording import Owned, describe_with_descriptions, id_argument, record_ids, record_names, record_owners
+from .wording import (
+    Owned,
+    arg_noun,
+    describe_with_descriptions,
+    id_argument,
+    record_ids,
+    record_labels,
+    record_names,
+    record_owners,
+)
 
 __all__ = ["RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "describe_calls", "phrasing_overlap", "synthesize"]
 
@@ -134,8 +143,7 @@ class _Shown(NamedTuple):
 
 
 def _shown(obs: ToolObservation) -> _Shown:
-    owners = tuple(owner for _, owner in record_owners([obs]).values())
-    return _Shown(record_ids([obs]), (*record_names([obs]).values(), *owners))
+    return _Shown(record_ids([obs]), tuple(record_labels([obs])))
 
 
 def _names_id(shown: _Shown, call: ToolCall) -> bool:
@@ -189,6 +197,52 @@ def _lookup_for(
     return listing
 
 
+def _reached(
+    pairs: Sequence[tuple[ToolCall, ToolObservation]],
+    shown: Sequence[_Shown],
+    value: str,
+    name: str,
+    records: dict[str, str],
+    writes: Callable[[str], bool],
+    noun: str,
+    searched: frozenset[str],
+) -> tuple[list[tuple[ToolCall, str]], Owned] | None:
+    """A record no read finds by its name but a read of its owner's id listed (``list_loans(member_id="M4")``
+    listed loan L2, "Middlemarch"), the owner found by theirs: the lookups with the id each finds (the owner's
+    lookup, that read) and how a request names it, ``noun`` what the record is ("Dev Patel's loan of
+    'Middlemarch'"). Only when the read lists one record by that name and takes no other id, and only for a
+    kind of record no tool searches without an id (``searched``: a book ``search_books`` lists is asked for by
+    its title alone)."""
+    if noun in searched:
+        return None
+    for (call, _), seen in zip(pairs, shown, strict=True):
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        ids = [str(v) for k, v in args.items() if id_argument(k)]
+        if writes(call.name) or len(ids) != 1 or value not in seen.ids or seen.names.count(name) != 1:
+            continue
+        owner = records.get(ids[0], "")
+        if not owner or owner in (ids[0], name):
+            continue
+        lookup = _lookup_for(pairs, shown, ids[0], owner, writes)
+        if lookup is not None:
+            return [(lookup, ids[0]), (ToolCall(name=call.name, arguments=dict(args)), value)], Owned(
+                owner, noun, of=name
+            )
+    return None
+
+
+def _searched(
+    trajectory: Trajectory, pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool]
+) -> frozenset[str]:
+    """The kinds of record a read lists without an id (``search_books(query)``: ``book``): by the tools' required
+    arguments the explorer recorded, and by the calls made."""
+    required: dict[str, list[str]] = dict(trajectory.metadata.get("tool_arguments") or {})
+    for call, _ in pairs:
+        required.setdefault(call.name, list(call.arguments) if isinstance(call.arguments, dict) else [])
+    return frozenset(tool_entity(name) for name, args in required.items()
+                     if not writes(name) and not any(id_argument(str(a)) for a in args))  # fmt: skip
+
+
 def _named(
     pairs: Sequence[tuple[ToolCall, ToolObservation]],
     shown: Sequence[_Shown],
@@ -196,6 +250,7 @@ def _named(
     records: dict[str, str],
     owners: dict[str, tuple[str, str]],
     writes: Callable[[str], bool],
+    searched: frozenset[str] = frozenset(),
 ) -> tuple[list[ToolCall], dict[str, str], list[list[Any]]]:
     """How ``chosen`` reads when it names records as people do ("lend 'Beloved' to 'Chloe Martin'"): the lookups
     to put first, ``{id: name}`` for the ids the request names, and which lookup finds which id. An id is named
@@ -216,16 +271,23 @@ def _named(
             if holds_token(earlier, value):
                 continue
             lookup = _lookup_for(pairs, shown, value, name, writes, field)
-            if lookup is None:
+            named: Any = Owned(name, tool_entity(lookup.name)) if field and lookup else name
+            found = [(lookup, value)] if lookup is not None else []
+            if (
+                lookup is None
+                and field is None
+                and (reached := _reached(pairs, shown, value, name, records, writes, arg_noun(key), searched))
+            ):
+                found, named = reached
+            if not found or any((c.name, normalized_arguments(c.arguments)) in own for c, _ in found):
                 continue
-            signature = (lookup.name, normalized_arguments(lookup.arguments))
-            if signature in own:
-                continue
-            if signature not in signatures:
-                signatures.append(signature)
-                lookups.append(lookup)
-            names[value] = Owned(name, tool_entity(lookup.name)) if field else name
-            resolves.append([signatures.index(signature), value])
+            for call_found, resolved in found:
+                signature = (call_found.name, normalized_arguments(call_found.arguments))
+                if signature not in signatures:
+                    signatures.append(signature)
+                    lookups.append(call_found)
+                resolves.append([signatures.index(signature), resolved])
+            names[value] = named
         earlier += "\n" + obs.content
     return lookups, names, resolves
 
@@ -320,6 +382,7 @@ def synthesize(
     owned = Counter(owner for _, owner in owners.values())
     owners = {k: o for k, o in owners.items() if owned[o[1]] == 1}  # by owner only a person's only record
     shown = [_shown(obs) for _, obs in pairs]  # each observation's records, parsed once
+    searched = _searched(trajectory, pairs, writes)
     carried = {key: trajectory.task.metadata[key] for key in _CARRIED if trajectory.task.metadata.get(key)}
     probes = _probes(pairs, writes)
     tasks: dict[str, Task] = {}
@@ -329,7 +392,7 @@ def synthesize(
             continue
         variants: list[tuple[list[ToolCall], dict[str, str], list[list[Any]]]] = [([], {}, [])]
         if descriptions and describer is None:  # also as people ask: records by name, their lookups first
-            named = _named(pairs, shown, chosen, records, owners, writes)
+            named = _named(pairs, shown, chosen, records, owners, writes, searched)
             if named[1]:
                 variants.append(named)
         for lookups, names, resolves in variants:

@@ -48,11 +48,13 @@ from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
 __all__ = [
     "NAME_KEYS",
     "Owned",
+    "arg_noun",
     "clause",
     "describe_with_descriptions",
     "id_argument",
     "id_values",
     "record_ids",
+    "record_labels",
     "record_names",
     "record_owners",
 ]
@@ -65,19 +67,21 @@ _OWNER_KEYS = ("recipient", "owner", "customer", "client", "member", "patient", 
 
 
 class Owned(str):
-    """How a request names a record that has no name of its own: by its owner's (``"Jonas Weber's shipment"``).
-    The string is the owner's name (what a lookup searches by); ``noun`` is what the record is."""
+    """How a request names a record by its owner's name: one with no name of its own (``"Jonas Weber's
+    shipment"``), or one found only among its owner's (``of``: ``"Dev Patel's loan of 'Middlemarch'"``). The
+    string is the owner's name (what a lookup searches by); ``noun`` is what the record is."""
 
     noun: str
+    of: str
 
-    def __new__(cls, owner: str, noun: str) -> Owned:
+    def __new__(cls, owner: str, noun: str, of: str = "") -> Owned:
         made = super().__new__(cls, owner)
-        made.noun = noun
+        made.noun, made.of = noun, of
         return made
 
     @property
     def phrase(self) -> str:
-        return f"{self}'s {self.noun}"
+        return f"{self}'s {self.noun}" + (f" of '{self.of}'" if self.of else "")
 
 
 _ARTICLES = r"(?:an?|the|one|some|any|several|a few|a given|given|its|their|his|her)"
@@ -106,7 +110,8 @@ def id_values(record: Mapping[str, Any]) -> list[str]:
     return [str(v) for k, v in record.items() if id_argument(str(k)) and isinstance(v, str | int)]
 
 
-def _noun(arg: str) -> str:
+def arg_noun(arg: str) -> str:
+    """What an argument names: ``loan_id`` -> ``loan``, ``due_date`` -> ``due date``."""
     for suffix in _ID_SUFFIXES:
         if arg.endswith(suffix) and len(arg) > len(suffix):
             return arg[: -len(suffix)].replace("_", " ")
@@ -150,7 +155,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
     for arg, value in args.items():
         if value == "":  # a broad search (the explorer's first probe): no filter to name
             continue
-        noun = _noun(arg)
+        noun = arg_noun(arg)
         shown = _shown(arg, value, records, names)
         owner = (names or {}).get(str(value))
         if isinstance(owner, Owned):  # "a shipment" -> "Jonas Weber's shipment"
@@ -196,7 +201,7 @@ def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, s
     """A request from the tool's name when it has no description: its words, then the arguments."""
     args = call.arguments if isinstance(call.arguments, dict) else {}
     words = call.name.replace("_", " ").strip()
-    parts = [f"{_noun(k)} {_shown(k, v, records, names)}" for k, v in args.items()]
+    parts = [f"{arg_noun(k)} {_shown(k, v, records, names)}" for k, v in args.items()]
     verb = words.split(" ", 1)[0].lower()
     if words == verb and tool_kind(call.name) == "write":  # "cancel" + booking_id: "cancel booking B1"
         return f"{verb} " + " and ".join(parts) if parts else verb
@@ -208,10 +213,31 @@ def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
     """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``."""
     out: dict[str, str] = {}
     for record in _records(observations):
-        name = next((record[k] for k in NAME_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
-        if name is not None:
+        if (name := _name(record)) is not None:
             for value in id_values(record):
                 out.setdefault(value, name)
+    return out
+
+
+def _name(record: Mapping[str, Any]) -> str | None:
+    return next((record[k] for k in NAME_KEYS if isinstance(record.get(k), str) and record[k].strip()), None)
+
+
+def _owner(record: Mapping[str, Any]) -> str | None:
+    """The key that holds a nameless record's owner (a person's name, not their id), None for a named record."""
+    if _name(record) is not None:
+        return None
+    return next((k for k in _OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
+                 and not any(c.isdigit() for c in record[k])), None)  # fmt: skip
+
+
+def record_labels(observations: Sequence[ToolObservation]) -> list[str]:
+    """What each record with an id goes by, once per record (a loan's ``loan_id``, ``book_id`` and ``member_id``
+    are one record): its name, else its owner's. Two equal labels: two records answer to that name."""
+    out = []
+    for record in _records(observations):
+        if id_values(record) and ((name := _name(record)) or (key := _owner(record))):
+            out.append(name or record[key].strip())
     return out
 
 
@@ -243,11 +269,7 @@ def record_owners(observations: Sequence[ToolObservation]) -> dict[str, tuple[st
     ``{"tracking_number": "TRK3", "recipient": "Jonas Weber"}`` (the key, for a lookup that filters by it)."""
     out: dict[str, tuple[str, str]] = {}
     for record in _records(observations):
-        if any(isinstance(record.get(k), str) and record[k].strip() for k in NAME_KEYS):
-            continue
-        key = next((k for k in _OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
-                    and not any(c.isdigit() for c in record[k])), None)  # a person's name, not their id  # fmt: skip
-        if key is not None:
+        if (key := _owner(record)) is not None:
             for value in id_values(record):
                 out.setdefault(value, (key, record[key].strip()))
     return out
