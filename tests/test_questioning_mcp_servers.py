@@ -358,7 +358,7 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
              pair("search_books", {"query": ""}, [{"book_id": "B1", "title": "Beloved", "available": 2}]),
              pair("pay_fine", {"member_id": "M2", "amount": 1}, {"member_id": "M2", "fine": 1.5})]  # fmt: skip
 
-    def find(value: str, name: str) -> ToolCall | None:
+    def find(value: str, name: str, _key: str | None = None) -> ToolCall | None:
         tool, key = ("find_member", "name") if value.startswith("M") else ("search_books", "query")
         return ToolCall(name=tool, arguments={key: name})
 
@@ -371,6 +371,41 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
     assert "Ben Osei" in ben.query and "M2" not in ben.query and ben.field.replace("_", " ") in ben.query
     assert book.reference == (ToolCall(name="search_books", arguments={"query": "Beloved"}),)  # the search shows it
     assert (book.field, book.answer) == ("available", "2") and "Beloved" in book.query
+
+
+def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():
+    """A shipment has no name: its owner's only shipment is "Jonas Weber's shipment" (the lookup by recipient,
+    then the read); one of a person with two goes by the tracking number the read took ("the status of
+    TRK4"), the read alone; a listing row of that person gives none (it would not say which)."""
+    from langgraph_evolver.questioning.facts import fact_questions
+    from langgraph_evolver.types import ToolObservation
+
+    def pair(name: str, arguments: dict[str, Any], result: Any) -> tuple[ToolCall, ToolObservation]:
+        return ToolCall(name=name, arguments=arguments), ToolObservation(call_id="", name=name,
+                                                                         content=json.dumps(result))  # fmt: skip
+
+    pairs = [pair("list_shipments", {"recipient": ""}, [{"tracking_number": "TRK3", "recipient": "Jonas Weber"},
+                                                        {"tracking_number": "TRK4", "recipient": "Hana Sato"},
+                                                        {"tracking_number": "TRK5", "recipient": "Hana Sato"}]),
+             pair("track", {"tracking_number": "TRK3"}, {"tracking_number": "TRK3", "recipient": "Jonas Weber",
+                                                         "status": "created"}),
+             pair("track", {"tracking_number": "TRK4"}, {"tracking_number": "TRK4", "recipient": "Hana Sato",
+                                                         "status": "in_transit"})]  # fmt: skip
+    lookups = []
+
+    def find(value: str, name: str, key: str | None) -> ToolCall | None:
+        lookups.append((value, name, key))
+        return ToolCall(name="list_shipments", arguments={key: name}) if key else None
+
+    facts = fact_questions(pairs, {}, lambda n: False, find, owners={"TRK3": ("recipient", "Jonas Weber")}, seed=0)
+    assert len(facts) == 2, facts
+    jonas, hana = sorted(facts, key=lambda f: "TRK4" in f.query)
+    assert (jonas.field, jonas.answer) == ("status", "created"), jonas  # his name is not a field to ask
+    assert "Jonas Weber's shipment" in jonas.query and "TRK3" not in jonas.query, jonas
+    assert jonas.reference == (ToolCall(name="list_shipments", arguments={"recipient": "Jonas Weber"}), pairs[1][0])
+    assert jonas.resolves == [[0, "TRK3"]] and lookups == [("TRK3", "Jonas Weber", "recipient")]
+    assert "TRK4" in hana.query and hana.reference == (pairs[2][0],) and hana.resolves == []
+    assert (hana.field, hana.answer) in {("status", "in_transit"), ("recipient", "Hana Sato")}
 
 
 @pytest.mark.timeout(300)

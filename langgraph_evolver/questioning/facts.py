@@ -9,7 +9,9 @@ name and, when the read needed the record's id, the read itself; the answer is t
 (``metadata["answer"]``, the same check as a hand-written task's ``answer``). The filter replays the
 reference and keeps the task only when a replayed read returns that value (``FACT_KEY``).
 
-Nothing here reads a server's or a tool's name: the fields are any record's keys that are not ids or names.
+A record with no name goes by its owner's ("What is the status of Jonas Weber's shipment?") or, when the read
+took its id, by the id ("What is the status of TRK1003?"). Nothing here reads a server's or a tool's name: the
+fields are any record's keys that are not ids or names.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import tool_entity
-from .wording import NAME_KEYS, id_argument, id_values
+from .wording import NAME_KEYS, Owned, id_argument, id_values
 
 __all__ = ["FACT_KEY", "Fact", "fact_questions"]
 
@@ -69,14 +71,19 @@ def fact_questions(
     pairs: Sequence[tuple[ToolCall, ToolObservation]],
     records: dict[str, str],
     writes: Callable[[str], bool],
-    find: Callable[[str, str], ToolCall | None],
+    find: Callable[[str, str, str | None], ToolCall | None],
     *,
+    owners: dict[str, tuple[str, str]] | None = None,
     seed: int = 0,
 ) -> list[Fact]:
-    """Fact questions from an exploration's successful calls (``pairs``): one per named record and read, its
-    field drawn with ``seed``. ``records`` maps ids to names (``wording.record_names``); ``find(id, name)`` is
-    the lookup that finds the record by its name (``None`` when no read of the exploration does)."""
+    """Fact questions from an exploration's successful calls (``pairs``): one per record and read, its field drawn
+    with ``seed``. A record goes by its name (``records``: ids to names, ``wording.record_names``), else by its
+    owner's (``owners``: ids to (key, owner), ``wording.record_owners``; "What is the status of Jonas Weber's
+    shipment?"), else, when the read took its id, by that id ("What is the status of TRK1003?", the read alone).
+    ``find(id, name, key)`` is the lookup that finds the record by its name or by its owner under ``key`` (``None``
+    when no read of the exploration does)."""
     rng = random.Random(seed)
+    owners = owners or {}
     out: list[Fact] = []
     seen: set[tuple[str, str]] = set()
     for call, obs in pairs:
@@ -85,21 +92,35 @@ def fact_questions(
         args = call.arguments if isinstance(call.arguments, dict) else {}
         needs = {str(v) for k, v in args.items() if id_argument(k)}
         for record in _top_records(obs.content):
-            value = next((i for i in id_values(record) if i in records), None)
-            if value is None or needs - {value}:  # the read needs ids other than this record's
-                continue
-            name = records[value]
-            fields = sorted(_fields(record, name))
-            lookup = find(value, name) if fields else None
-            if lookup is None:
+            ids = id_values(record)
+            value = next((i for i in ids if i in records or i in owners), None)
+            if value is None:  # neither named nor owned: by the id the read took
+                value = next((i for i in ids if needs == {i}), None)
+                if value is None:
+                    continue
+                fields = sorted(_fields(record, value))
+                lookup, name, templates = None, value, _TEMPLATES[:4]
+            else:
+                if needs - {value}:  # the read needs ids other than this record's
+                    continue
+                key, name = (None, records[value]) if value in records else owners[value]
+                fields = sorted(_fields(record, name))
+                lookup = find(value, name, key) if fields else None
+                if lookup is None:
+                    continue
+                if key is not None:
+                    name, templates = Owned(name, tool_entity(lookup.name)).phrase, _TEMPLATES[1:4]
+                else:
+                    templates = _TEMPLATES
+            if not fields:
                 continue
             field, answer = rng.choice(fields)
-            reference = (lookup, call) if needs else (lookup,)  # a search or listing shows the field itself
             if (value, field) in seen:
                 continue
             seen.add((value, field))
-            template = rng.choice(_TEMPLATES)
-            query = template.format(name=name, field=field.replace("_", " "),
-                                    entity=tool_entity(lookup.name).replace("_", " "))  # fmt: skip
-            out.append(Fact(query, reference, answer, field, [[0, value]]))
+            # the lookup, then the read when it needs the id (a search or listing shows the field itself)
+            reference = (call,) if lookup is None else (lookup, call) if needs else (lookup,)
+            entity = tool_entity(lookup.name if lookup is not None else call.name).replace("_", " ")
+            query = rng.choice(templates).format(name=name, field=field.replace("_", " "), entity=entity)
+            out.append(Fact(query, reference, answer, field, [] if lookup is None else [[0, value]]))
     return out

@@ -419,14 +419,14 @@ def synthesize(
             })  # fmt: skip
     if descriptions and describer is None:  # single facts asked by a record's name ("What is Ben Osei's fines?")
 
-        def find(value: str, name: str) -> ToolCall | None:
-            return _lookup_for(pairs, shown, value, name, writes)
+        def find(value: str, name: str, key: str | None) -> ToolCall | None:
+            return _lookup_for(pairs, shown, value, name, writes, key)
 
-        for fact in fact_questions(pairs, records, writes, find, seed=seed):
+        for fact in fact_questions(pairs, records, writes, find, owners=owners, seed=seed):
             task_id, _ = _task_id(trajectory, carried, fact.reference, fact.field)
             tasks.setdefault(task_id, _task(trajectory, task_id, fact.query, fact.reference, {
                 "confidence": 1.0, "synthesizer": SYNTHESIZER_NAME, **carried, "answer": fact.answer,
-                FACT_KEY: fact.field, RESOLVES_KEY: fact.resolves}))  # fmt: skip
+                FACT_KEY: fact.field, **({RESOLVES_KEY: fact.resolves} if fact.resolves else {})}))  # fmt: skip
     out = list(tasks.values())
     if max_tasks is not None and len(out) > max_tasks:
         out = random.Random(seed).sample(out, max_tasks)
