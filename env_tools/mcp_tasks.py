@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from langgraph_evolver.errors import ConfigError
-from langgraph_evolver.types import Task, ToolCall
+from langgraph_evolver.types import Task, ToolCall, read_jsonl
 
 __all__ = ["load_mcp_tasks", "load_task_file", "parse_mcp_spec", "task_calls"]
 
@@ -130,11 +130,10 @@ def load_task_file(path: str | Path, *, env: str = "mcp") -> list[Task]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"tasks file {str(path)!r} does not exist.")
-    first = next((line for line in path.read_text().splitlines() if line.strip()), "")
     try:
-        task_rows = "reference_solution" in json.loads(first or "{}")
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}:1 is not JSON: {e}") from e
-    if task_rows:
-        return [Task.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        first = next(read_jsonl(path), {})
+    except ValueError as e:
+        raise ConfigError(f"{path} is not JSON: {e}") from e
+    if isinstance(first, dict) and "reference_solution" in first:
+        return list(read_jsonl(path, Task))
     return [t for split in load_mcp_tasks(path, env=env).values() for t in split]

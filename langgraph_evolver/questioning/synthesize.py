@@ -216,8 +216,7 @@ def _reached(
     if noun in searched:
         return None
     for (call, _), seen in zip(pairs, shown, strict=True):
-        args = call.arguments if isinstance(call.arguments, dict) else {}
-        ids = [str(v) for k, v in args.items() if id_argument(k)]
+        ids = _id_values(call)
         if writes(call.name) or len(ids) != 1 or value not in seen.ids or seen.names.count(name) != 1:
             continue
         owner = records.get(ids[0], "")
@@ -225,7 +224,7 @@ def _reached(
             continue
         lookup = _lookup_for(pairs, shown, ids[0], owner, writes)
         if lookup is not None:
-            return [(lookup, ids[0]), (ToolCall(name=call.name, arguments=dict(args)), value)], Owned(
+            return [(lookup, ids[0]), (ToolCall(name=call.name, arguments=dict(call.arguments)), value)], Owned(
                 owner, noun, of=name
             )
     return None
