@@ -420,3 +420,54 @@ def test_a_fact_whose_answer_the_reads_do_not_return_is_refused():
     wrong = Task.from_dict({**right.to_dict(), "metadata": {**right.metadata, "answer": "7.25"}})
     assert check_feasibility(right, lambda t: load_environment(t.env))[0] is None
     assert check_feasibility(wrong, lambda t: load_environment(t.env))[0] == "the reads do not return the fact's answer"
+
+
+@pytest.mark.timeout(300)
+def test_a_write_that_needs_two_records_that_agree_is_retried_with_the_value_its_error_names():
+    """``assign_desk`` works only for an active person and a desk in their office; its errors name what the record
+    is and what it needs ("P2 is on_leave; only an active person gets a desk", "desk D-OSL-1 is in Oslo, not in
+    Lima, ..."). The explorer reads the needed value (``list_people(status="active")``, ``list_desks(office=
+    "Lima")``) and makes the call again with the argument the error quoted drawn from that read."""
+    name = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_desks_server.py'}"
+    chains = []
+    for seed in range(4):
+        env = load_environment(name)
+        try:
+            trajectory = explore(env, exploration_task(None, env=name, seed=seed), seed=seed)
+        finally:
+            env.close()
+        pairs = [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+        for (call, obs), (read, _), (again, result) in zip(pairs, pairs[1:], pairs[2:], strict=False):
+            if call.name == again.name == "assign_desk" and obs.is_error and not result.is_error:
+                chains.append((read.name, read.arguments, call.arguments, again.arguments))
+    reads = {(tool, json.dumps(args, sort_keys=True)) for tool, args, _, _ in chains}
+    assert ("list_people", '{"status": "active"}') in reads and ("list_desks", '{"office": "Lima"}') in reads, chains
+    for tool, _, failed, again in chains:  # the quoted argument changed, the other kept
+        changed = {k for k in failed if failed[k] != again[k]}
+        assert changed == ({"person_id"} if tool == "list_people" else {"desk_id"}), (failed, again)
+
+
+def test_an_error_that_names_only_what_the_record_is_queues_no_read():
+    """"P2 is on_leave" alone says what P2 is, not what the call needs: no read of on-leave people is queued (it
+    would only draw another person the call fails for)."""
+    from langgraph_evolver.questioning.explore import _Explorer
+    from langgraph_evolver.types import ToolObservation
+
+    tools = [{"name": "list_people", "description": "Staff.", "parameters": {"properties": {
+                 "status": {"type": "string", "enum": ["active", "on_leave"]}}}},
+             {"name": "assign_desk", "description": "Give a person a desk.", "parameters": {"properties": {
+                 "person_id": {"type": "string"}, "desk_id": {"type": "string"}},
+                 "required": ["person_id", "desk_id"]}}]  # fmt: skip
+    explorer = _Explorer(tools, seed=0)
+    people = [{"person_id": "P2", "status": "on_leave"}, {"person_id": "P3", "status": "active"}]
+    explorer.last_call = ToolCall(name="list_people", arguments={})
+    explorer.observe([ToolObservation(call_id="1", name="list_people", content=json.dumps(people))])
+    explorer.last_call = ToolCall(name="assign_desk", arguments={"person_id": "P2", "desk_id": "D1"})
+    explorer.observe([ToolObservation(call_id="2", name="assign_desk", content="P2 is on_leave", is_error=True)])
+    assert explorer.queue == []
+    explorer.observe([ToolObservation(call_id="3", name="assign_desk", is_error=True,
+                                      content="P2 is on_leave; only an active person gets a desk")])  # fmt: skip
+    assert [(c.name, c.arguments) for c in explorer.queue[:1]] == [("list_people", {"status": "active"})]
+    assert explorer.next_call("depth").name == "list_people"
+    explorer.observe([ToolObservation(call_id="4", name="list_people", content=json.dumps(people[1:]))])
+    assert explorer.next_call("depth").arguments == {"person_id": "P3", "desk_id": "D1"}

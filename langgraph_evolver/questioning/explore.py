@@ -34,6 +34,9 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
 from ..environment import Environment
+from .explore_errors import json_type as _json_type
+from .explore_errors import learn_match, learn_offered, learn_prerequisite, redrawn
+from .explore_errors import names_record as _names_record
 from .offered import numbers_named, suggested_values
 from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
@@ -87,11 +90,6 @@ def _id_like(key: str) -> bool:
     return key in _ID_SUFFIXES or key.rsplit("_", 1)[-1] in _ID_SUFFIXES
 
 
-def _names_record(arg: str) -> bool:
-    """An ``id``/``<x>_id`` argument: only a value seen earlier can fill it, never an invented one."""
-    return arg == "id" or arg.endswith("_id")
-
-
 def _harvest(value: Any, key: str, entity: str, step: int, out: list[_Seen]) -> None:
     """Collect the scalars of a parsed JSON result under their field names.
 
@@ -111,13 +109,6 @@ def _harvest(value: Any, key: str, entity: str, step: int, out: list[_Seen]) -> 
             _harvest(v, key, entity, step, out)
     elif value is not None and key:
         out.append(_Seen(key=key, value=value, entity=entity, step=step))
-
-
-def _json_type(prop: Mapping[str, Any]) -> str | None:
-    kind = prop.get("type")
-    if isinstance(kind, list):  # ["string", "null"]
-        kind = next((k for k in kind if k != "null"), None)
-    return kind if isinstance(kind, str) else None
 
 
 def _fits(value: Any, json_type: str | None) -> Any:
@@ -202,7 +193,7 @@ class _Explorer:
         """Values an error offered for the argument it complained about ("countries: FR, DE": ``country``)."""
         self.last_call: ToolCall | None = None
         self.queue: list[ToolCall] = []
-        """Calls to make next: a tool an error said to call first, then the failed call (``_learn_prerequisite``)."""
+        """Calls to make next: a tool an error said to call first, then the failed call (``explore_errors``)."""
         self.retried: dict[str, int] = {}
         self.seen: list[_Seen] = []
         self.probes: dict[tuple[str, str], int] = {}
@@ -372,8 +363,10 @@ class _Explorer:
     def next_call(self, phase: str) -> ToolCall:
         """The next call; one already made with the same arguments is drawn again (up to 3 draws): it would read
         the same result, or write nothing new ("revoke permit 1" twice) or fail. A queued call goes first."""
-        if self.queue:
-            queued = self.queue.pop(0)
+        queued = None
+        while self.queue and queued is None:
+            queued = redrawn(self, self.queue.pop(0))
+        if queued is not None:
             call = ToolCall(name=queued.name, arguments=queued.arguments, id=f"explore_{self.step}")
             self.made.add((call.name, json.dumps(call.arguments, sort_keys=True, default=str)))
             self.used.append(call.name)
@@ -420,8 +413,9 @@ class _Explorer:
             if obs.is_error:
                 # "an hour from 8 to 18": try those next; no range named: the smallest counts ("cannot order 20")
                 self.numbers[obs.name] = numbers_named(obs.content, ranges_only=True) or [1, 2]
-                self._learn_from_error(obs)
-                self._learn_prerequisite(obs)
+                offered = learn_offered(self, obs)  # a list of values, a tool to call first, else a matching record
+                if not learn_prerequisite(self, obs) and not offered:
+                    learn_match(self, obs)
                 tool = self.tools.get(obs.name)
                 if tool is not None and (seconds >= SLOW_FAILURE_S or not tool["props"]) and len(self.tools) > 1:
                     self.dropped.append(obs.name)
@@ -441,49 +435,6 @@ class _Explorer:
             # a bare list of scalars (``list_zones -> ["north", ...]``) holds values of the tool's entity
             _harvest(data, entity if isinstance(data, list) else "", entity, self.step, self.seen)
         self.step += 1
-
-    def _learn_from_error(self, obs: ToolObservation) -> None:
-        """Values the error offers (``suggested_values``) become hints for the argument it names: the one whose
-        value it quotes, else the call's only string argument ("no service to 'country 15'; countries: FR, DE")."""
-        call = self.last_call
-        offered = suggested_values(obs.content)
-        if call is None or call.name != obs.name or not offered or not isinstance(call.arguments, dict):
-            return
-        strings = {a: v for a, v in call.arguments.items() if isinstance(v, str) and not _names_record(a)}
-        named = [a for a, v in strings.items() if v and v in obs.content]
-        for arg in named or (list(strings) if len(strings) == 1 else []):
-            self.hints[arg] = offered
-
-    def _learn_prerequisite(self, obs: ToolObservation) -> None:
-        """An error that names another tool ("owes a fine of 1.50; pay_fine first") queues that tool, with the
-        arguments it shares with the failed call and the amounts the error names, then the failed call again
-        (twice per tool at most)."""
-        call = self.last_call
-        if call is None or call.name != obs.name or not isinstance(call.arguments, dict) or self.queue:
-            return
-        if self.retried.get(call.name, 0) >= _MAX_RETRIES or any(
-            isinstance(v, str) and v.startswith("unknown-") for v in call.arguments.values()
-        ):  # an id it never had: calling another tool first would not make the same call work
-            return
-        text = obs.content.replace(f"tool {call.name}", "")  # "Error executing tool borrow: ..." names itself
-        named = [n for n in self.tools if n != call.name and re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", text)]
-        if not named:
-            return
-        first = named[0]
-        args = self.arguments(first, recent=True)
-        amounts = [float(x) for x in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", text)]
-        for arg, prop in self.tools[first]["props"].items():
-            if arg in call.arguments:
-                args[arg] = call.arguments[arg]
-            elif amounts and _json_type(prop) in ("number", "integer") and not _names_record(arg):
-                value = amounts[0] if _json_type(prop) == "number" else round(amounts[0])
-                args[arg] = int(value) if float(value).is_integer() and _json_type(prop) == "integer" else value
-        self.retried[call.name] = self.retried.get(call.name, 0) + 1
-        self.queue = [ToolCall(name=first, arguments=args), ToolCall(name=call.name, arguments=dict(call.arguments))]
-
-
-_MAX_RETRIES = 2
-"""How often one tool's failed call is retried after the prerequisite its error named."""
 
 
 def _trajectory(task: Task, steps: list[Step], explorer: _Explorer, *, seed: int, n_breadth: int,

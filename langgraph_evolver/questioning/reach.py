@@ -20,15 +20,12 @@ from typing import Any
 
 from langgraph_evolver.types import Trajectory
 
+from .explore_errors import names_record as _names_record
 from .profile import singular, tool_entity, tool_kind
 
 __all__ = ["explain_unreached", "next_setup"]
 
 _MAX_SETUP = 4
-
-
-def _names_record(arg: str) -> bool:
-    return arg == "id" or arg.endswith("_id")
 
 
 def _writes(trajectory: Trajectory) -> list[dict[str, Any]]:
