@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from env_tools.mcp_tasks import load_task_file
-from env_tools.sandbox.pools import signature, split_tasks
+from env_tools.sandbox.pools import reference_calls, signature, split_tasks
 from env_tools.sandbox.tasks import generate_tasks
 from langgraph_evolver.errors import ConfigError
 from langgraph_evolver.types import Task
@@ -54,7 +54,7 @@ def load_spec(spec: str) -> list[Task]:
 
 def calls_hash(task: Task) -> str | None:
     """The reference calls alone (None without any): the same work asked in other words shares it."""
-    calls = [[c.name, c.arguments] for c in task.reference_solution or []]
+    calls = reference_calls(task)
     return hashlib.sha1(json.dumps(calls, sort_keys=True).encode()).hexdigest()[:16] if calls else None
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from typing import Any
 
 from langgraph_evolver.types import Task
 
 from .tasks import SPLIT_SIZES, VALIDATION_START, generate_tasks, make_task
 
-__all__ = ["POOLS", "Pool", "is_pool", "pool_tasks", "signature", "split_tasks"]
+__all__ = ["POOLS", "Pool", "is_pool", "pool_tasks", "reference_calls", "signature", "split_tasks"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,14 @@ def is_pool(name: str) -> bool:
     return name in POOLS
 
 
+def reference_calls(task: Task) -> list[list[Any]]:
+    """A task's reference calls as ``[[name, arguments], ...]`` (``[]`` without a reference)."""
+    return [[c.name, c.arguments] for c in task.reference_solution or []]
+
+
 def signature(task: Task) -> str:
     """The (query, reference calls) key two tasks share when a model could answer one by recalling the other."""
-    calls = [[c.name, c.arguments] for c in task.reference_solution or []]  # a task without one: its query alone
+    calls = reference_calls(task)  # a task without one: its query alone
     return json.dumps([task.query, calls], sort_keys=True, separators=(",", ":"))
 
 

@@ -31,9 +31,12 @@ __all__ = ["FACT_KEY", "Fact", "fact_questions"]
 FACT_KEY = "fact"
 """``task.metadata`` key of a fact question: the field it asks for (the filter checks a read returns the answer)."""
 _MAX_TEXT = 40
-_TEMPLATES = ("What is {name}'s {field}?", "Tell me {name}'s {field}.", "What is the {field} of {name}?",
-              "Look up {name} and tell me the {field}.",
-              "Can you find the {field} of the {entity} {name}?")  # fmt: skip
+_POSSESSIVE = "What is {name}'s {field}?"
+"""Not for a record named by its owner: "What is Jonas Weber's shipment's status?"."""
+_PLAIN = ("Tell me {name}'s {field}.", "What is the {field} of {name}?", "Look up {name} and tell me the {field}.")
+_ENTITY = "Can you find the {field} of the {entity} {name}?"
+"""Only for a record named by its own name: "the shipment TRK1002" repeats what an id or an owner's name says."""
+_TEMPLATES = (_POSSESSIVE, *_PLAIN, _ENTITY)
 
 
 class Fact(NamedTuple):
@@ -99,7 +102,7 @@ def fact_questions(
                 if value is None:
                     continue
                 fields = sorted(_fields(record, value))
-                lookup, name, templates = None, value, _TEMPLATES[:4]
+                lookup, name, templates = None, value, (_POSSESSIVE, *_PLAIN)
             else:
                 if needs - {value}:  # the read needs ids other than this record's
                     continue
@@ -109,7 +112,7 @@ def fact_questions(
                 if lookup is None:
                     continue
                 if key is not None:
-                    name, templates = Owned(name, tool_entity(lookup.name)).phrase, _TEMPLATES[1:4]
+                    name, templates = Owned(name, tool_entity(lookup.name)).phrase, _PLAIN
                 else:
                     templates = _TEMPLATES
             if not fields:
