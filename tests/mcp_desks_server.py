@@ -49,7 +49,8 @@ def assign_desk(person_id: str, desk_id: str) -> dict:
     if person["status"] != "active":
         raise ValueError(f"{person_id} is {person['status']}; only an active person gets a desk")
     if DESKS[desk_id] != person["office"]:
-        raise ValueError(f"desk {desk_id} is in {DESKS[desk_id]}, not in {person['office']}, where {person['name']} works")
+        office, name = person["office"], person["name"]
+        raise ValueError(f"desk {desk_id} is in {DESKS[desk_id]}, not in {office}, where {name} works")
     ASSIGNED[desk_id] = person_id
     return {"desk_id": desk_id, "person_id": person_id}
 

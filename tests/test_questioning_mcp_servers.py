@@ -448,7 +448,7 @@ def test_a_write_that_needs_two_records_that_agree_is_retried_with_the_value_its
 
 
 def test_an_error_that_names_only_what_the_record_is_queues_no_read():
-    """"P2 is on_leave" alone says what P2 is, not what the call needs: no read of on-leave people is queued (it
+    """ "P2 is on_leave" alone says what P2 is, not what the call needs: no read of on-leave people is queued (it
     would only draw another person the call fails for)."""
     from langgraph_evolver.questioning.explore import _Explorer
     from langgraph_evolver.types import ToolObservation
