@@ -60,6 +60,11 @@ MORE_WRITE_VERBS = frozenset(
         "ship", "deliver", "charge", "withdraw", "deposit", "rent", "lend", "borrow", "return", "checkout",
         "schedule", "upgrade", "downgrade", "activate", "deactivate", "suspend", "resume", "void",
         "redeem", "claim", "cancel", "delete", "remove", "create", "add", "update", "set", "book", "pay", "send",
+        "hold", "park", "pause", "unpause", "ban", "unban", "mute", "unmute", "hide", "unhide", "vote", "finish",
+        "trigger", "execute", "deploy", "install", "uninstall", "allocate", "join", "leave", "unassign", "reassign",
+        "link", "unlink", "connect", "disconnect", "append", "copy", "clone", "duplicate", "promote", "demote",
+        "notify", "remind", "settle", "refill", "revert", "undo", "redo", "acknowledge", "reopen", "snooze",
+        "dismiss", "bookmark", "checkin", "enqueue", "dequeue", "push", "rsvp",
     }
 )  # fmt: skip
 """Verbs that change state beyond ``WRITE_VERBS``: a tool named or described with one writes (``tool_kind``)."""
@@ -72,6 +77,8 @@ def tool_kind(name: str, description: str = "") -> str:
 
     Example:
         >>> tool_kind("renew_permit", "Extend an active permit"), tool_kind("zone_info", "Fee per month")
+        ('write', 'read')
+        >>> tool_kind("hold_at_depot", "Hold a parcel in transit at a depot"), tool_kind("track", "A shipment's status")
         ('write', 'read')
     """
     head = name.split("_", 1)[0].lower()
