@@ -4,7 +4,8 @@
   kept tasks and a ``PipelineReport``; ``create_synthesis_node`` wraps it as a LangGraph node;
   ``python -m langgraph_evolver.questioning`` runs it from the command line.
 - Offline pieces (no model): ``explore`` / ``aexplore`` (schema-driven breadth/depth
-  exploration), ``synthesize`` (tasks from sub-sequences of successful calls), ``filter_tasks``
+  exploration; ``explore_errors``: what it learns from a failed call), ``synthesize`` (tasks from
+  sub-sequences of successful calls), ``filter_tasks``
   (invalid, near-duplicate, infeasible), ``TaskStore``; ``results.read_result`` (tool results as MCP servers
   send them), ``wording`` (requests from tool descriptions), ``reach`` (tools never reached, initial states).
 - With a model: the LLM explorer graph (``create_explorer_graph``), ``LLMSynthesizer``,
