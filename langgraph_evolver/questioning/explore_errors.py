@@ -66,6 +66,8 @@ def learn_offered(explorer: Any, obs: ToolObservation) -> bool:
 
 
 def _may_retry(explorer: Any, call: ToolCall, lesson: str) -> bool:
+    """Whether ``call`` may be queued again after ``lesson`` (nothing queued yet, fewer than ``MAX_RETRIES`` of that
+    lesson for its tool, no argument the explorer never had); counts the retry when it may."""
     key = call.name if lesson == "prerequisite" else f"{call.name}:{lesson}"
     if explorer.queue or explorer.retried.get(key, 0) >= MAX_RETRIES:
         return False
@@ -121,12 +123,14 @@ def learn_match(explorer: Any, obs: ToolObservation) -> bool:
     at = text.find(_words(str(quoted[0][1])).strip())
     own = {_words(str(v)) for v in call.arguments.values()}
     options: dict[str, tuple[int, str, str, Any]] = {}  # value -> (distance, read tool, argument, value)
+    checked: set[str] = set()  # a value seen at many steps is looked for once
     for seen in explorer.seen:
         value = seen.value
-        if not isinstance(value, str) or len(value) < 3 or names_record(seen.key) or _words(value) in own:
+        if not isinstance(value, str) or len(value) < 3 or names_record(seen.key) or value in checked:
             continue
+        checked.add(value)
         where = text.find(_words(value))
-        if where < 0 or value in options:
+        if where < 0 or _words(value) in own:
             continue
         taker = _reader_taking(explorer, value, exclude=call.name)
         if taker is not None:
