@@ -21,8 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from tqdm.auto import tqdm  # noqa: E402
 
-from langgraph_evolver.environment import load_environment  # noqa: E402
-from langgraph_evolver.questioning.explore import exploration_task, explore  # noqa: E402
+from langgraph_evolver.questioning.explore import explore_environment  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -33,14 +32,8 @@ def main(argv: list[str] | None = None) -> dict:
     ok, failed = Counter[str](), Counter[str]()
     started = time.perf_counter()
     for seed in tqdm(range(args.seeds), desc="explore", unit="exploration"):
-        env = load_environment(args.env)
-        try:
-            trajectory = explore(env, exploration_task(None, env=args.env, seed=seed), seed=seed)
-        finally:
-            env.close()
-        for step in trajectory.steps:
-            for call, obs in zip(step.action.tool_calls, step.observations, strict=False):
-                (failed if obs.is_error else ok)[call.name] += 1
+        for call, obs in explore_environment(args.env, seed=seed).tool_results():
+            (failed if obs.is_error else ok)[call.name] += 1
     figures = {"env": args.env, "seeds": args.seeds, "ok": dict(sorted(ok.items())),
                "failed": dict(sorted(failed.items())), "unreached": sorted(set(failed) - set(ok)),
                "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip

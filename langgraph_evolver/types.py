@@ -305,6 +305,29 @@ class Trajectory:
     def transitions(self) -> list[Transition]:
         return [s.transition for s in self.steps if s.transition is not None]
 
+    def tool_results(self) -> list[tuple[ToolCall, ToolObservation]]:
+        """Every tool call of every step with the observation that answered it: the one with its call id, else
+        the step's observation at the same position; a call nothing answered is left out.
+
+        Example:
+            >>> call = ToolCall(name="get", arguments={"id": 1}, id="c1")
+            >>> step = Step(index=0, action=Action(tool_calls=(call,)),
+            ...             observations=(ToolObservation(call_id="c1", name="get", content="{}"),))
+            >>> trajectory = Trajectory(id="t", task=Task(id="x", query="q"), steps=(step,))
+            >>> [(c.name, o.content) for c, o in trajectory.tool_results()]
+            [('get', '{}')]
+        """
+        out = []
+        for step in self.steps:
+            by_id = {o.call_id: o for o in step.observations if o.call_id}
+            for i, call in enumerate(step.action.tool_calls):
+                obs = by_id.get(call.id) if call.id else None
+                if obs is None and i < len(step.observations):
+                    obs = step.observations[i]
+                if obs is not None:
+                    out.append((call, obs))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

@@ -22,7 +22,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langgraph_evolver.environment import load_environment
 from langgraph_evolver.questioning import synthesize_tasks
 from langgraph_evolver.questioning.answers import expected_values
-from langgraph_evolver.questioning.explore import exploration_task, explore
+from langgraph_evolver.questioning.explore import exploration_task, explore_environment
 from langgraph_evolver.questioning.results import read_result, render_result
 from langgraph_evolver.types import Action, ToolCall
 
@@ -93,12 +93,7 @@ def test_an_order_only_in_structured_content_reaches_the_agent_and_the_explorer(
 
 def explored_calls(name: str) -> list[tuple[ToolCall, Any]]:
     """(call, observation) of one seeded exploration of the environment ``name``."""
-    env = load_environment(name)
-    try:
-        trajectory = explore(env, exploration_task(None, env=name, seed=0), seed=0)
-    finally:
-        env.close()
-    return [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+    return explore_environment(name, seed=0).tool_results()
 
 
 @pytest.mark.timeout(300)
@@ -431,12 +426,7 @@ def test_a_write_that_needs_two_records_that_agree_is_retried_with_the_value_its
     name = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_desks_server.py'}"
     chains = []
     for seed in range(4):
-        env = load_environment(name)
-        try:
-            trajectory = explore(env, exploration_task(None, env=name, seed=seed), seed=seed)
-        finally:
-            env.close()
-        pairs = [(c, o) for s in trajectory.steps for c, o in zip(s.action.tool_calls, s.observations, strict=True)]
+        pairs = explore_environment(name, seed=seed).tool_results()
         for (call, obs), (read, _), (again, result) in zip(pairs, pairs[1:], pairs[2:], strict=False):
             if call.name == again.name == "assign_desk" and obs.is_error and not result.is_error:
                 chains.append((read.name, read.arguments, call.arguments, again.arguments))

@@ -33,7 +33,7 @@ from typing import Any
 from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import Action, Step, Task, ToolCall, ToolObservation, Trajectory
 
-from ..environment import Environment
+from ..environment import Environment, load_environment
 from .explore_errors import json_type as _json_type
 from .explore_errors import learn_match, learn_offered, learn_prerequisite, redrawn
 from .explore_errors import names_record as _names_record
@@ -41,7 +41,15 @@ from .offered import numbers_named, suggested_values
 from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
 
-__all__ = ["EXPLORE_QUERY", "SLOW_FAILURE_S", "aexplore", "exploration_task", "explore", "unsafe_tools"]
+__all__ = [
+    "EXPLORE_QUERY",
+    "SLOW_FAILURE_S",
+    "aexplore",
+    "exploration_task",
+    "explore",
+    "explore_environment",
+    "unsafe_tools",
+]
 
 EXPLORE_QUERY = DEFAULT_EXPLORE_GOAL
 """The exploration goal (``prompts.DEFAULT_EXPLORE_GOAL``; this name is kept for old imports)."""
@@ -222,7 +230,7 @@ class _Explorer:
             prop["items"] = self._resolve(prop["items"], defs, depth + 1)
         return prop
 
-    def _candidates(
+    def candidates(
         self, arg: str, json_type: str | None, *, recent: bool, only_recent: bool = False, loose: bool = True
     ) -> list[Any]:
         """Values seen for ``arg``: the first non-empty tier of exact name, entity id, suffix, type.
@@ -268,7 +276,7 @@ class _Explorer:
             items = prop.get("items") or {}
             ok, value = self._fill(singular(arg), items, recent=recent, depth=depth + 1)
             return ok, [value] if ok else None
-        values = self._candidates(arg, json_type, recent=recent)
+        values = self.candidates(arg, json_type, recent=recent)
         hinted = [v for v in (_fits(h, json_type) for h in self.hints.get(arg, ())) if v is not None]
         if hinted and (not values or self.rng.random() < 0.5):  # what the server said it takes
             return True, self.rng.choice(hinted)
@@ -335,7 +343,7 @@ class _Explorer:
             return all(self._known(k, prop["properties"].get(k, {}), recent=recent, depth=depth + 1) for k in required)
         if _json_type(prop) == "array":
             return self._known(singular(arg), prop.get("items") or {}, recent=recent, depth=depth + 1)
-        if self._candidates(arg, _json_type(prop), recent=recent, only_recent=recent, loose=False):
+        if self.candidates(arg, _json_type(prop), recent=recent, only_recent=recent, loose=False):
             return True
         return not recent and not _names_record(arg)
 
@@ -500,6 +508,16 @@ def explore(
         steps.append(_step(i, call, result.observations, phase))
     return _trajectory(task, steps, explorer, seed=seed, n_breadth=n_breadth, n_depth=n_depth,
                        task_setup=bool(getattr(env, "supports_task_setup", False)))  # fmt: skip
+
+
+def explore_environment(name: str, *, seed: int = 0, **options: Any) -> Trajectory:
+    """One seeded ``explore`` of a fresh instance of the environment ``name`` (``load_environment``), closed after:
+    ``explore_environment("mcp:python server.py", seed=3).tool_results()`` is what the explorer called and got."""
+    env = load_environment(name)
+    try:
+        return explore(env, exploration_task(None, env=name, seed=seed), seed=seed, **options)
+    finally:
+        env.close()
 
 
 async def aexplore(

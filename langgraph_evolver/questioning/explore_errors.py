@@ -15,15 +15,25 @@ Three lessons, tried in order on each error:
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .offered import suggested_values
 
-__all__ = ["MAX_RETRIES", "json_type", "learn_match", "learn_offered", "learn_prerequisite", "names_record", "redrawn"]
+__all__ = [
+    "MAX_RETRIES",
+    "ExplorerState",
+    "json_type",
+    "learn_match",
+    "learn_offered",
+    "learn_prerequisite",
+    "names_record",
+    "redrawn",
+]
 
 MAX_RETRIES = 2
 """How often one tool's failed call is retried after each lesson (a prerequisite, a matching value)."""
@@ -31,9 +41,37 @@ _REDRAW = "redraw:"
 """A queued retry's id prefix; the rest is ``[[argument, failed value], ...]`` to draw again when it is made."""
 
 
+class ExplorerState(Protocol):
+    """What the lessons read and change of the schema explorer (``explore._Explorer``)."""
+
+    tools: dict[str, dict[str, Any]]
+    """Each tool's ``props``, ``required`` and ``writes``."""
+    hints: dict[str, list[str]]
+    """Values an error offered, by argument name."""
+    queue: list[ToolCall]
+    """Calls to make before drawing new ones."""
+    retried: dict[str, int]
+    seen: list[Any]
+    """The values the explorer has read (``explore._Seen``: ``key``, ``value``, ``entity``, ``step``)."""
+    rng: random.Random
+    step: int
+    last_call: ToolCall | None
+
+    def arguments(self, name: str, *, recent: bool) -> dict[str, Any]: ...
+
+    def candidates(
+        self, arg: str, json_type: str | None, *, recent: bool, only_recent: bool = False, loose: bool = True
+    ) -> list[Any]: ...
+
+
 def names_record(arg: str) -> bool:
     """An ``id``/``<x>_id`` argument: only a value seen earlier can fill it, never an invented one."""
     return arg == "id" or arg.endswith("_id")
+
+
+def _args(call: ToolCall) -> dict[str, Any]:
+    """A copy of the explorer's call's arguments (always an object: the explorer writes them)."""
+    return dict(call.arguments) if isinstance(call.arguments, dict) else {}
 
 
 def json_type(prop: Mapping[str, Any]) -> str | None:
@@ -44,40 +82,40 @@ def json_type(prop: Mapping[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _last_failure(explorer: Any, obs: ToolObservation) -> ToolCall | None:
+def _last_failure(explorer: ExplorerState, obs: ToolObservation) -> ToolCall | None:
     call = explorer.last_call
     if call is None or call.name != obs.name or not isinstance(call.arguments, dict):
         return None
     return call
 
 
-def learn_offered(explorer: Any, obs: ToolObservation) -> bool:
+def learn_offered(explorer: ExplorerState, obs: ToolObservation) -> bool:
     """Values the error offers (``suggested_values``) become hints for the argument it names: the one whose value it
     quotes, else the call's only string argument ("no service to 'country 15'; countries: FR, DE"). True when the
     error offered values."""
     call, offered = _last_failure(explorer, obs), suggested_values(obs.content)
     if call is None or not offered:
         return bool(offered)
-    strings = {a: v for a, v in call.arguments.items() if isinstance(v, str) and not names_record(a)}
+    strings = {a: v for a, v in _args(call).items() if isinstance(v, str) and not names_record(a)}
     named = [a for a, v in strings.items() if v and v in obs.content]
     for arg in named or (list(strings) if len(strings) == 1 else []):
         explorer.hints[arg] = offered
     return True
 
 
-def _may_retry(explorer: Any, call: ToolCall, lesson: str) -> bool:
+def _may_retry(explorer: ExplorerState, call: ToolCall, lesson: str) -> bool:
     """Whether ``call`` may be queued again after ``lesson`` (nothing queued yet, fewer than ``MAX_RETRIES`` of that
     lesson for its tool, no argument the explorer never had); counts the retry when it may."""
     key = call.name if lesson == "prerequisite" else f"{call.name}:{lesson}"
     if explorer.queue or explorer.retried.get(key, 0) >= MAX_RETRIES:
         return False
-    if any(isinstance(v, str) and v.startswith("unknown-") for v in call.arguments.values()):
+    if any(isinstance(v, str) and v.startswith("unknown-") for v in _args(call).values()):
         return False  # an id it never had: calling another tool first would not make the same call work
     explorer.retried[key] = explorer.retried.get(key, 0) + 1
     return True
 
 
-def learn_prerequisite(explorer: Any, obs: ToolObservation) -> bool:
+def learn_prerequisite(explorer: ExplorerState, obs: ToolObservation) -> bool:
     """An error that names another tool ("owes a fine of 1.50; pay_fine first") queues that tool, with the arguments
     it shares with the failed call and the amounts the error names, then the failed call again (``MAX_RETRIES`` per
     tool). True when it queued."""
@@ -97,7 +135,7 @@ def learn_prerequisite(explorer: Any, obs: ToolObservation) -> bool:
         elif amounts and json_type(prop) in ("number", "integer") and not names_record(arg):
             value = amounts[0] if json_type(prop) == "number" else round(amounts[0])
             args[arg] = int(value) if float(value).is_integer() and json_type(prop) == "integer" else value
-    explorer.queue = [ToolCall(name=first, arguments=args), ToolCall(name=call.name, arguments=dict(call.arguments))]
+    explorer.queue = [ToolCall(name=first, arguments=args), ToolCall(name=call.name, arguments=_args(call))]
     return True
 
 
@@ -106,7 +144,7 @@ def _words(text: str) -> str:
     return " " + re.sub(r"[\W_]+", " ", text.lower()) + " "
 
 
-def learn_match(explorer: Any, obs: ToolObservation) -> bool:
+def learn_match(explorer: ExplorerState, obs: ToolObservation) -> bool:
     """An error that quotes the call's own values and names values seen earlier under other keys: a read taking one,
     then the call again with the quoted arguments drawn from the read's result. Of the values, the one farthest from
     the first quoted value (an error states what the record is next to it, what it needs after: "D1 is in Lyon, not
@@ -116,12 +154,12 @@ def learn_match(explorer: Any, obs: ToolObservation) -> bool:
     if call is None:
         return False
     text = _words(obs.content)
-    quoted = [(a, v) for a, v in call.arguments.items() if isinstance(v, str | int) and f" {_words(str(v)).strip()} "
+    quoted = [(a, v) for a, v in _args(call).items() if isinstance(v, str | int) and f" {_words(str(v)).strip()} "
               in text and not isinstance(v, bool)]  # fmt: skip
     if not quoted:
         return False
     at = text.find(_words(str(quoted[0][1])).strip())
-    own = {_words(str(v)) for v in call.arguments.values()}
+    own = {_words(str(v)) for v in _args(call).values()}
     options: dict[str, tuple[int, str, str, Any]] = {}  # value -> (distance, read tool, argument, value)
     checked: set[str] = set()  # a value seen at many steps is looked for once
     for seen in explorer.seen:
@@ -142,11 +180,11 @@ def learn_match(explorer: Any, obs: ToolObservation) -> bool:
     args = {**{k: v for k, v in explorer.arguments(tool, recent=False).items() if k in required}, arg: value}
     redraw = json.dumps([[a, v] for a, v in quoted])
     explorer.queue = [ToolCall(name=tool, arguments=args),
-                      ToolCall(name=call.name, arguments=dict(call.arguments), id=_REDRAW + redraw)]  # fmt: skip
+                      ToolCall(name=call.name, arguments=_args(call), id=_REDRAW + redraw)]  # fmt: skip
     return True
 
 
-def _reader_taking(explorer: Any, value: str, *, exclude: str) -> tuple[str, str] | None:
+def _reader_taking(explorer: ExplorerState, value: str, *, exclude: str) -> tuple[str, str] | None:
     """A read tool (sorted by name) and its argument that takes ``value``: one whose values seen so far include it."""
     for name in sorted(explorer.tools):
         tool = explorer.tools[name]
@@ -158,12 +196,12 @@ def _reader_taking(explorer: Any, value: str, *, exclude: str) -> tuple[str, str
             allowed = prop.get("enum")
             if allowed and value in allowed:
                 return name, arg
-            if not allowed and value in explorer._candidates(arg, "string", recent=False, loose=False):
+            if not allowed and value in explorer.candidates(arg, "string", recent=False, loose=False):
                 return name, arg
     return None
 
 
-def redrawn(explorer: Any, queued: ToolCall) -> ToolCall | None:
+def redrawn(explorer: ExplorerState, queued: ToolCall) -> ToolCall | None:
     """A queued call as it is to be made: a retry of ``learn_match`` with its quoted arguments drawn from the last
     step's results (another value than the one that failed); ``None`` when that result held none. Other queued
     calls as they are."""
@@ -174,7 +212,7 @@ def redrawn(explorer: Any, queued: ToolCall) -> ToolCall | None:
     changed = False
     for arg, failed in json.loads(queued.id[len(_REDRAW) :]):
         prop = explorer.tools.get(queued.name, {}).get("props", {}).get(arg, {})
-        fresh = [v for v in explorer._candidates(arg, json_type(prop), recent=False) if v in latest and v != failed]
+        fresh = [v for v in explorer.candidates(arg, json_type(prop), recent=False) if v in latest and v != failed]
         if fresh:
             args[arg], changed = explorer.rng.choice(fresh), True
     return ToolCall(name=queued.name, arguments=args) if changed else None

@@ -32,12 +32,11 @@ def _writes(trajectory: Trajectory) -> list[dict[str, Any]]:
     """The calls of ``trajectory`` that wrote without an error, in order, as setup calls."""
     descriptions = trajectory.metadata.get("tool_descriptions") or {}
     out = []
-    for step in trajectory.steps:
-        for call, obs in zip(step.action.tool_calls, step.observations, strict=False):
-            if obs.is_error or not isinstance(call.arguments, dict):
-                continue
-            if tool_kind(call.name, descriptions.get(call.name, "")) == "write":
-                out.append({"name": call.name, "arguments": dict(call.arguments)})
+    for call, obs in trajectory.tool_results():
+        if obs.is_error or not isinstance(call.arguments, dict):
+            continue
+        if tool_kind(call.name, descriptions.get(call.name, "")) == "write":
+            out.append({"name": call.name, "arguments": dict(call.arguments)})
     return out
 
 
@@ -83,13 +82,12 @@ def explain_unreached(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]
     successes: dict[str, int] = {}
     errors: dict[str, str] = {}
     for t in trajectories:
-        for step in t.steps:
-            for call, obs in zip(step.action.tool_calls, step.observations, strict=False):
-                tries[call.name] = tries.get(call.name, 0) + 1
-                if obs.is_error:
-                    errors[call.name] = obs.content[:200]
-                else:
-                    successes[call.name] = successes.get(call.name, 0) + 1
+        for call, obs in t.tool_results():
+            tries[call.name] = tries.get(call.name, 0) + 1
+            if obs.is_error:
+                errors[call.name] = obs.content[:200]
+            else:
+                successes[call.name] = successes.get(call.name, 0) + 1
     out = []
     for name in sorted(required):
         if successes.get(name):

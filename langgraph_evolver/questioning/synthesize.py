@@ -109,12 +109,7 @@ def describe_calls(pairs: Sequence[tuple[ToolCall, ToolObservation]], *, seed: i
 
 
 def _successful(trajectory: Trajectory) -> list[tuple[ToolCall, ToolObservation]]:
-    pairs = []
-    for step in trajectory.steps:
-        for call, obs in zip(step.action.tool_calls, step.observations, strict=False):
-            if not obs.is_error:
-                pairs.append((call, obs))
-    return pairs
+    return [(call, obs) for call, obs in trajectory.tool_results() if not obs.is_error]
 
 
 def _useful(pair: tuple[ToolCall, ToolObservation]) -> bool:
