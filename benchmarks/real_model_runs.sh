@@ -12,7 +12,7 @@
 #
 # Knobs (environment): R (runs folder), CONFIG (a trainers.grpo YAML: examples/smollm2_cpu.yaml, or
 # examples/smollm2_gpu.yaml on a GPU), STEPS, SWEEP_STEPS, SWEEP_POINTS, VAL, SEEDS, EVAL_SEED, TEST_N, EXAMPLES, RL,
-# WARM_MINUTES, WARM_EVAL_EVERY, WARM_EVAL_TASKS, TEMPLATE, SYNTH, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
+# WARM_MINUTES, WARM_EVAL_EVERY, WARM_EVAL_TASKS, TEMPLATE, SYNTH, WARM_COPY, PY. The warm start itself is not resumable (35 minutes): a killed one starts again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +26,15 @@ WARM_EVAL_EVERY=${WARM_EVAL_EVERY:-20}   # minutes; each evaluation (HF generate
 WARM_EVAL_TASKS=${WARM_EVAL_TASKS:-16}
 TEMPLATE=${TEMPLATE:-compact_doc}   # descriptions and argument types (docs/transfer.md): one warm start for issues 42 and 43
 SYNTH=${SYNTH:-0.5}                # share of chats from generated tool domains (trainers/synthetic_domains.py)
+WARM_COPY=${WARM_COPY-checkpoints/smollm2-warm-doc}   # a committed warm start of this recipe (step 1)
 
-# 1. warm start on the sft pool (records supervised_tasks.json beside the adapter)
+# 1. warm start on the sft pool (records supervised_tasks.json beside the adapter). The committed one
+# (WARM_COPY, trained by this command in session 53) stands in for it in a fresh checkout: the 40 minutes are
+# not repeated, and the warm start that issue 43's runs start from is the same everywhere. WARM_COPY= trains anew.
+if [ ! -f "$R/warm/warm_start_summary.json" ] && [ -n "$WARM_COPY" ] && [ -f "$WARM_COPY/warm_start_summary.json" ]; then
+    say "warm start: the committed $WARM_COPY -> $R/warm"
+    mkdir -p "$R" && cp -r "$WARM_COPY" "$R/warm"
+fi
 if [ ! -f "$R/warm/warm_start_summary.json" ]; then
     say "warm start on sft:$EXAMPLES -> $R/warm"
     $PY -m trainers.warm_start --model smollm2-135m-instruct --template "$TEMPLATE" --out "$R/warm" \
