@@ -342,6 +342,37 @@ def test_kept_tasks_take_turns_over_the_tools_they_write_with():
     assert [t.id for t in _balanced(pool, key, Counter({"reserve": 2}))][:2] == ["t3", "t6"]
 
 
+def test_one_tool_is_in_at_most_its_share_of_the_kept_tasks(monkeypatch):
+    """A write that always works ("create a sheet named 'name 35'") can be in most candidates: past ``cap`` kept
+    tasks about it, its candidates are left out unfiltered (counted), and the other tools' tasks are kept.
+    The filters here keep every task (the replay is tested elsewhere): this is the order and the cap."""
+    from langgraph_evolver.questioning import pipeline
+    from langgraph_evolver.questioning.filters import FilterReport
+
+    def task(i: int, *names: str) -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=tuple(ToolCall(name=n, arguments={}) for n in names))
+
+    descriptions = {"add_sheet": "Create an empty sheet.", "set_cell": "Write a value into a cell.",
+                    "get_cell": "A cell's value."}  # fmt: skip
+    pool = [task(i, "add_sheet") for i in range(6)] + [task(6, "get_cell", "set_cell"), task(7, "get_cell")]
+    filtered: list[str] = []
+
+    def keep_all(tasks, **_):
+        filtered.extend(t.id for t in tasks)
+        return list(tasks), FilterReport()
+
+    monkeypatch.setattr(pipeline, "filter_tasks", keep_all)
+    kept, _, over_cap = pipeline._filter_preferring_writes(pool, descriptions, 8, cap=2)
+    assert [t.id for t in kept] == ["t0", "t6", "t1", "t7"], [t.id for t in kept]  # add_sheet twice, then no more
+    assert over_cap == 4 and filtered == [t.id for t in kept]  # t2-t5 never replayed
+    # one add_sheet kept in earlier explorations: one more now
+    kept, _, _ = pipeline._filter_preferring_writes(pool, descriptions, 8, cap=2, kept_before=[task(9, "add_sheet")])
+    assert sum(t.reference_solution[0].name == "add_sheet" for t in kept) == 1
+    # no cap: everything, writes first
+    kept, _, over_cap = pipeline._filter_preferring_writes(pool, descriptions, 8)
+    assert len(kept) == 8 and over_cap == 0
+
+
 def test_an_id_under_a_number_key_brings_the_call_that_created_it():
     """``create_shipment`` returns ``tracking_number: TRK9``; a task that cancels TRK9 must create it first (a
     fresh world lacks it). The id rule is ``wording.id_argument``'s for every side: the argument, the result."""

@@ -12,6 +12,7 @@ tasks or after ``max_explorations`` rounds, whichever comes first.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from .store import TaskStore
 from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer
 
-__all__ = ["PipelineReport", "asynthesize_tasks", "create_synthesis_node", "synthesize_tasks"]
+__all__ = ["MAX_TOOL_SHARE", "PipelineReport", "asynthesize_tasks", "create_synthesis_node", "synthesize_tasks"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +63,8 @@ class PipelineReport:
     """An LLM synthesizer's calls, tokens and fallbacks."""
     initial_states: int = 0
     """Distinct initial states explored (worlds, or states built by ``setup`` calls on a fresh session)."""
+    over_cap: int = 0
+    """Candidates left out unfiltered because a tool they are about had its share of the tasks (``MAX_TOOL_SHARE``)."""
     unreached: list[dict[str, Any]] = field(default_factory=list)
     """Tools no exploration called without an error, each with what was missing (``explain_unreached``)."""
 
@@ -90,38 +93,67 @@ def _balanced(pool: Sequence[Task], key: Callable[[Task], frozenset[str]], befor
     return out
 
 
+MAX_TOOL_SHARE = 0.25
+"""The most of the tasks asked for that one tool may be about (``_tools_of``), or 1.5 times an even share where the
+tools are few (``_tool_cap``): a write that always works, whatever its arguments ("create a sheet named 'name 35'",
+"join the waiting list", "create a shipment"), is otherwise in half the synthesized tasks, and a model trained on
+them opens every task with it. Fewer tasks than asked for are kept rather than more of one tool's."""
+
+
+_STALE = 5
+"""Explorations in a row that keep nothing new while candidates are left out for the cap: exploring stops."""
+
+
+def _tool_cap(n: int, n_tools: int) -> int:
+    """How many of ``n`` tasks one tool may be about (``MAX_TOOL_SHARE``; 1.5 times an even share of ``n_tools``).
+
+    Example:
+        >>> _tool_cap(100, 9), _tool_cap(100, 3), _tool_cap(5, 9)
+        (25, 50, 2)
+    """
+    return max(2, math.ceil(n * MAX_TOOL_SHARE), math.ceil(1.5 * n / max(1, n_tools)))
+
+
 def _filter_preferring_writes(
     candidates: Sequence[Task],
     descriptions: Mapping[str, str],
     wanted: int,
     *,
     kept_before: Sequence[Task] = (),
+    cap: int | None = None,
     **options: Any,
-) -> tuple[list[Task], FilterReport]:
+) -> tuple[list[Task], FilterReport, int]:
     """``filter_tasks`` one candidate at a time until ``wanted`` are kept: those that call a write tool first, up to
     all but a third of ``wanted``, then those that only read, then the other writes. A task that changes the
     state teaches more than one more read, and the filters stop at the number wanted (each replay starts a
     fresh instance: an MCP server process). Within each, the tools the tasks are about take turns, those least
-    kept so far (``kept_before``) first (``_balanced``)."""
+    kept so far (``kept_before``) first (``_balanced``). A candidate about a tool already in ``cap`` tasks is left
+    out unfiltered: it is counted in the third value returned, after the kept tasks and the filters' report."""
 
     def key(task: Task) -> frozenset[str]:
         return _tools_of(task, descriptions)
 
-    before = Counter(k for t in kept_before for k in key(t))
+    counts = Counter(k for t in kept_before for k in key(t))
     pools: dict[bool, list[Task]] = {True: [], False: []}
     for task in candidates:
         calls = task.reference_solution or ()
         pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
-    pools = {writes: _balanced(pool, key, before) for writes, pool in pools.items()}
+    pools = {writes: _balanced(pool, key, counts) for writes, pool in pools.items()}
     kept: list[Task] = []
+    over_cap = 0
     report = FilterReport()
     for writes, limit in ((True, wanted - wanted // 3), (False, wanted), (True, wanted)):
         pool = pools[writes]
         while pool and len(kept) < limit:
-            new, batch = filter_tasks([pool.pop(0)], **options)
+            task = pool.pop(0)
+            if cap is not None and any(counts[k] >= cap for k in key(task)):
+                over_cap += 1
+                continue
+            new, batch = filter_tasks([task], **options)
             report = report.merge(batch)
             kept.extend(new)
-    return kept, report
+            counts.update(k for t in new for k in key(t))
+    return kept, report, over_cap
 
 
 def _explore_once(factory: TaskEnvironmentFactory, task: Task, **options: Any) -> Any:
@@ -222,8 +254,10 @@ async def asynthesize_tasks(
     avoid: set[str] = set()  # tools that timed out or broke the environment in an earlier exploration
     trajectories: list[Any] = []
     states: set[str] = set()
+    descriptions: dict[str, str] = {}
+    over_cap = stale = 0  # candidates left out for the cap; explorations in a row that kept nothing
     with tqdm(total=n, desc=f"synthesize {env_name}", disable=not progress, unit="task") as bar:
-        while len(kept) < n and rounds < budget:
+        while len(kept) < n and rounds < budget and not (stale >= _STALE and over_cap):
             world = seeds[rounds % len(seeds)] if seeds else None
             task = exploration_task(world, env=env_name, seed=seed * 1_000_003 + rounds)
             setup = next_setup(trajectories, rounds) if world is None and explorer is None else None
@@ -259,12 +293,15 @@ async def asynthesize_tasks(
             if seeds:
                 new, batch = filter_tasks(candidates, env_factory=factory, index=index, fingerprint=fingerprint)
             else:
-                new, batch = _filter_preferring_writes(candidates, trajectory.metadata.get("tool_descriptions") or {},
-                                                       wanted, kept_before=kept, env_factory=factory, index=index,
-                                                       fingerprint=fingerprint)  # fmt: skip
+                descriptions.update(trajectory.metadata.get("tool_descriptions") or {})
+                new, batch, over = _filter_preferring_writes(candidates, descriptions, wanted, kept_before=kept,
+                                                             cap=_tool_cap(n, len(descriptions)), env_factory=factory,
+                                                             index=index, fingerprint=fingerprint)  # fmt: skip
+                over_cap += over
             report = report.merge(batch)
             new = new[:wanted]
             kept.extend(new)
+            stale = 0 if new else stale + 1
             bar.update(len(new))
             bar.set_postfix(explorations=rounds, candidates=report.candidates)
     changing = sum(bool((t.metadata.get("feasibility") or {}).get("state_changed")) for t in kept)
@@ -286,6 +323,7 @@ async def asynthesize_tasks(
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,
         synthesizer_stats=writer.stats.to_dict() if writer is not None else {},
         initial_states=len(states),
+        over_cap=over_cap,
         unreached=explain_unreached(trajectories),
     )
 
