@@ -100,18 +100,20 @@ tools are few (``_tool_cap``): a write that always works, whatever its arguments
 them opens every task with it. Fewer tasks than asked for are kept rather than more of one tool's."""
 
 
+_MIN_CAP = 5
 _STALE = 5
 """Explorations in a row that keep nothing new while candidates are left out for the cap: exploring stops."""
 
 
 def _tool_cap(n: int, n_tools: int) -> int:
-    """How many of ``n`` tasks one tool may be about (``MAX_TOOL_SHARE``; 1.5 times an even share of ``n_tools``).
+    """How many of ``n`` tasks one tool may be about (``MAX_TOOL_SHARE``; 1.5 times an even share of ``n_tools``;
+    always ``_MIN_CAP``: a handful of tasks is not a distribution).
 
     Example:
-        >>> _tool_cap(100, 9), _tool_cap(100, 3), _tool_cap(5, 9)
-        (25, 50, 2)
+        >>> _tool_cap(100, 9), _tool_cap(100, 3), _tool_cap(12, 9)
+        (25, 50, 5)
     """
-    return max(2, math.ceil(n * MAX_TOOL_SHARE), math.ceil(1.5 * n / max(1, n_tools)))
+    return max(_MIN_CAP, math.ceil(n * MAX_TOOL_SHARE), math.ceil(1.5 * n / max(1, n_tools)))
 
 
 def _filter_preferring_writes(
