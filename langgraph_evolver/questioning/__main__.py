@@ -136,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (
                 "the tools above were never reached; more explorations read the same results (see what was missing)"
                 if report.unreached
+                else f"{report.over_cap} candidates were about a tool that had its share of the tasks "
+                "(pipeline.MAX_TOOL_SHARE): the explorations found too few about the other tools"
+                if report.over_cap
                 else f"raise --max-explorations (spent {report.explorations}) or --n-depth"
             )
         )
