@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from langgraph_evolver.environment import environment_factory
 from langgraph_evolver.types import Task, ToolCall
 from trainers.evolve.__main__ import main
-from trainers.evolve.adapt_data import PARTS, family, recovery_chat, signature, split_tasks
+from trainers.evolve.adapt_data import PARTS, family, mistake_chat, mistakes, recovery_chat, signature, split_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = f"mcp:python {ROOT / 'examples' / 'mcp_servers' / 'rooms_plain.py'}"
@@ -248,3 +249,34 @@ def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_its_name_pas
     results = [m["content"] for m in turns if m["role"] == "tool"]
     assert "no person 'Grace Hopper'" in results[0] and "P8" in results[1] and "Done." == turns[-1]["content"]
     assert tools  # the server's tools, as the agent sees them
+
+
+def test_every_task_is_also_taught_as_the_way_back_from_a_mistake():
+    """Supervised on clean references only, the adapted sheets model answered right after its first error in 38
+    of 88 held-out episodes (a made-up tool, a value left out). Each sft task is also taught begun with such a
+    mistake of its first call, whatever the server: a required argument left out, or a tool the server lacks
+    named from the call's first word and a word of the request; the server's real error follows (out of the
+    loss), then the reference."""
+    send = ToolCall(name="send_message", arguments={"person_id": "P8", "text": "hi"})
+    task = Task(id="m", query="Send hi to P8 for the meeting.", env=SEARCH, reference_solution=(send,))
+    env = environment_factory(SEARCH)(task)
+    try:
+        tools = list(env.reset(task).tools)
+        wrong = mistakes(task, tools, random.Random(0))
+        chats = [mistake_chat(env, task, random.Random(seed)) for seed in range(8)]
+    finally:
+        env.close()
+    assert [c.name for c in wrong] == ["send_message", "send_meeting"]
+    assert len(wrong[0].arguments) == 1 and set(wrong[0].arguments) < {"person_id", "text"}
+    assert wrong[1].arguments == send.arguments
+    assert mistakes(dataclasses.replace(task, reference_solution=()), tools, random.Random(0)) == []
+    firsts = set()
+    for messages, _ in chats:  # type: ignore[misc]
+        turns = [m for m in messages if m["role"] != "system"][1:]
+        calls = [(m["tool_calls"][0]["function"], m.get("weight", 1)) for m in turns if m.get("tool_calls")]
+        results = [m["content"] for m in turns if m["role"] == "tool"]
+        assert calls[0][1] == 0 and calls[1:] == [({"name": "send_message", "arguments": send.arguments}, 1)]
+        assert results[0].startswith("Error") and not results[1].startswith("Error") and turns[-1]["content"]
+        firsts.add(calls[0][0]["name"])
+    assert firsts == {"send_message", "send_meeting"}  # both kinds drawn
+    assert "unknown tool 'send_meeting'" in " ".join(m["content"] for c in chats for m in c[0] if m["role"] == "tool")

@@ -9,7 +9,8 @@ ones and resumes a partly done GRPO from its last checkpoint):
 1. ``synthesize``: self-questioning explores the environment and keeps verified tasks (their references replay);
 2. ``split``: the tasks cut into sft / rl / validation parts, disjoint by task and by (query, calls) signature;
 3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
-4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise;
+4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise,
+   and each task once more begun with a mistake and the server's error (``adapt_data.mistake_chat``);
 5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
 6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
    seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
@@ -237,14 +238,15 @@ def _supervise(run: Run, d: Path) -> dict[str, Any]:
     tasks = _tasks_file(run.dir("split") / "sft.jsonl")
     own = list(read_jsonl(run.dir("rollouts") / "trajectories.jsonl", Trajectory))
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env))
+    examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
+                                           seed=run.args.seed)  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
     trained = train_lora(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
                          max_steps=run.args.sft_steps, progress=not run.args.no_progress)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
-            "from_recoveries": counts["recovery"], "skipped": counts["skipped"],
+            "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "skipped": counts["skipped"],
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
@@ -370,6 +372,7 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "sft_examples": results["supervise"]["sft_examples"],
         "sft_from_own_rollouts": results["supervise"]["from_own_rollouts"],
         "sft_recoveries": results["supervise"].get("from_recoveries", 0),  # absent in a supervise done before
+        "sft_mistakes": results["supervise"].get("from_mistakes", 0),
         "grpo_steps": results["grpo"]["grpo_steps"],
         "validation_before": gate["before"],
         "validation_after": gate["after"],

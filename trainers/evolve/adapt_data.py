@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,8 @@ from typing import Any
 from langgraph_evolver.reference_scoring import expected_answer
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["PARTS", "family", "final_answer", "recovery_chat", "reference_chat", "signature", "split_tasks",
-           "supervised_examples", "train_lora"]  # fmt: skip
+__all__ = ["PARTS", "family", "final_answer", "mistake_chat", "mistakes", "recovery_chat", "reference_chat",
+           "signature", "split_tasks", "supervised_examples", "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -155,15 +156,68 @@ def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict
     if first is None:
         return None
     wrong = ToolCall(name=first.name, arguments={k: names.get(str(v), v) for k, v in first.arguments.items()})
+    return _after_mistake(env, task, wrong)
+
+
+def _after_mistake(env: Any, task: Task, wrong: ToolCall) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The chat of ``task`` begun with ``wrong`` and the server's real error (that turn weighted 0, out of the
+    loss), then its reference and answer; ``None`` when ``wrong`` does not fail."""
     obs = env.reset(task)
     messages, tools = list(obs.messages), list(obs.tools)
     if not _step(env, messages, "call_wrong", wrong).is_error:
         return None
     messages[-2]["weight"] = 0
-    for i, call in enumerate(reference):
+    for i, call in enumerate(task.reference_solution or ()):
         _step(env, messages, f"call_{i}", call)
     messages.append({"role": "assistant", "content": final_answer(task)})
     return messages, tools
+
+
+_FILLER = frozenset("the a an and or of to in on at for with by from is are be it its this that my me our we you "
+                    "your i can could please would will what which who how many much tell find show give get do "
+                    "new all any there then now".split())  # fmt: skip
+
+
+def _parameters(tools: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:
+    for tool in tools:
+        fn = tool.get("function", tool)
+        if fn.get("name") == name:
+            return fn.get("parameters") or {}
+    return {}
+
+
+def mistakes(task: Task, tools: Sequence[dict[str, Any]], rng: random.Random) -> list[ToolCall]:
+    """The first reference call as a small model gets it wrong, whatever the server: a required argument left
+    out, and a tool the server lacks, named from the call's first word and a word of the request ("set_budget"
+    for ``set_cell`` on "... the budget": the adapted models made such names up, then answered after the
+    error). Each is taught once, before the reference (``mistake_chat``)."""
+    reference = task.reference_solution or ()
+    if not reference or not isinstance(reference[0].arguments, dict):
+        return []
+    first, out = reference[0], []
+    required = [k for k in _parameters(tools, first.name).get("required") or () if k in first.arguments]
+    if required:
+        drop = rng.choice(required)
+        out.append(ToolCall(name=first.name, arguments={k: v for k, v in first.arguments.items() if k != drop}))
+    names = {t.get("function", t).get("name") for t in tools}
+    parts = [w for w in re.split(r"[_\-]|(?<=[a-z])(?=[A-Z])", first.name) if w]
+    words = [w for w in re.findall(r"[a-z]+", task.query.lower())
+             if len(w) > 2 and w not in _FILLER and w not in {p.lower() for p in parts}]  # fmt: skip
+    if parts and words:
+        sep = "_" if "_" in first.name or len(parts) == 1 else ""
+        made = f"{parts[0]}{sep}{rng.choice(words) if sep else rng.choice(words).capitalize()}"
+        if made not in names:
+            out.append(ToolCall(name=made, arguments=dict(first.arguments)))
+    return out
+
+
+def mistake_chat(env: Any, task: Task, rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """``task`` begun with one of its ``mistakes`` (drawn with ``rng``) and the server's error, then solved:
+    a model taught only clean references stops at its first error (38 of 88 held-out sheets episodes ended
+    with an answer right after one)."""
+    tools = list(env.reset(task).tools)
+    options = mistakes(task, tools, rng)
+    return _after_mistake(env, task, rng.choice(options)) if options else None
 
 
 def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
@@ -179,43 +233,44 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 
 
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
-                        env_factory: Callable[[Task], Any], *,
-                        max_length: int = 2048) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
-    """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``, ``skipped``).
+                        env_factory: Callable[[Task], Any], *, max_length: int = 2048,
+                        seed: int = 0) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
+    """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``,
+    ``recovery``, ``mistake``, ``skipped``).
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
-    its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). A
-    reference that no longer replays (the tool raised) is skipped, not taught.
+    its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). Every
+    task is also taught once as the way back from a mistake (``mistake_chat``, drawn with ``seed``; counted in
+    ``mistake``). A reference that no longer replays (the tool raised) is skipped, not taught.
     """
     from trainers.tiny import encode_example
 
+    rng = random.Random(seed)
     solved: dict[str, Trajectory] = {}
     for t in rollouts:
         if (t.reward or 0.0) >= 1.0 and t.task.id not in solved:
             solved[t.task.id] = t
     examples: list[tuple[list[int], list[int]]] = []
-    counts = {"own": 0, "reference": 0, "recovery": 0, "skipped": 0}
+    counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "skipped": 0}
     for task in tasks:
         own = _own_examples(solved[task.id]) if task.id in solved else []
-        if own:
-            examples += own
-            counts["own"] += 1
-            continue
         try:
             env = env_factory(task)
             try:
-                messages, tools = reference_chat(env, task)
-                recovery = recovery_chat(env, task)
+                chats = {"reference": None if own else reference_chat(env, task), "recovery": recovery_chat(env, task),
+                         "mistake": mistake_chat(env, task, rng)}  # fmt: skip
             finally:
                 getattr(env, "close", lambda: None)()
         except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
             counts["skipped"] += 1
             continue
-        examples.append(encode_example(tokenizer, messages, tools))
-        counts["reference"] += 1
-        if recovery is not None:
-            examples.append(encode_example(tokenizer, *recovery))
-            counts["recovery"] += 1
+        if own:
+            examples += own
+            counts["own"] += 1
+        for kind, chat in chats.items():
+            if chat is not None:
+                examples.append(encode_example(tokenizer, *chat))
+                counts[kind] += 1
     return [e for e in examples if len(e[0]) <= max_length], counts
 
 
