@@ -145,7 +145,7 @@ def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict
     lookups = {int(i) for i, _ in task.metadata.get("resolves") or () if 0 <= int(i) < len(reference)}
     if not lookups:
         return None
-    obs = env.reset(task)
+    env.reset(task)
     names: dict[str, str] = {}
     for i in sorted(lookups):
         shown = [_step(env, [], f"lookup_{i}", reference[i])]
