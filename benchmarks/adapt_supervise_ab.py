@@ -1,0 +1,84 @@
+"""A/B of ``trainers.evolve adapt``'s supervise phase on a finished run's own tasks: this checkout's code against
+the run's supervised adapter, on the run's validation part, paired and seeded.
+
+    python benchmarks/adapt_supervise_ab.py --run runs/r54/adapt-library --out runs/r54/ab-supervise \\
+        --env "mcp:python examples/mcp_servers/library.py" --model_path checkpoints/smollm2-warm-doc   # ~30 min
+
+The run's synthesize, split and rollouts phases are copied into ``--out`` and its supervise phase is redone
+there with the same budget (``--minutes``, adapt's share) and seed; then both supervised adapters (A: the
+run's, B: the new one) play the validation tasks, ``--k`` samples each with the same seeds, and the gate's
+paired bootstrap bounds B - A. Validation only: the held-out tasks are not read. Ends with one JSON line:
+``a``, ``b``, ``paired_gain``, ``lower_bound``, ``examples`` (A's and B's supervise counts), ``answered_after_error``
+(share of each side's episodes that end with an answer right after an error observation), ``seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from trainers.evaluate import summarize  # noqa: E402
+from trainers.evolve.adapt import Run, _supervise, _tasks_file, make_parser  # noqa: E402
+from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
+
+
+def answered_after_error(trajectories: list) -> float:
+    """The share of episodes whose last tool result was an error and that then ended with an answer."""
+    ended = 0
+    for t in trajectories:
+        observations = [o for step in t.steps for o in step.observations]
+        ended += bool(observations and observations[-1].is_error and t.finish_reason == "final_answer")
+    return round(ended / max(len(trajectories), 1), 3)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="a finished adapt run's --output_dir (its phases 1-4 done)")
+    p.add_argument("--out", required=True, help="where the new supervise phase and the evaluations go")
+    p.add_argument("--env", required=True, help="the run's --env")
+    p.add_argument("--model_path", required=True, help="the run's --model_path")
+    p.add_argument("--minutes", type=float, default=60, help="the run's --minutes (sizes the supervise phase)")
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    src, out = Path(args.run), Path(args.out)
+    for phase in ("1-synthesize", "2-split", "3-rollouts"):
+        if not (out / phase).exists():
+            shutil.copytree(src / phase, out / phase)
+    run = Run(make_parser().parse_args(["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
+                                        "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress"]))  # fmt: skip
+    b_counts = run.phase("supervise", lambda d: _supervise(run, d))
+    tasks = _tasks_file(out / "2-split" / "validation.jsonl")
+    if not (out / "a-adapter").exists():  # the policy server loads weights from under --out only
+        shutil.copytree(src / "4-supervise" / "adapter", out / "a-adapter")
+    sides = {"a": out / "a-adapter", "b": out / "4-supervise" / "adapter"}
+    played = {}
+    try:
+        for side, adapter in sides.items():
+            played[side] = run.rollouts(tasks, adapter, k=args.k, seed=args.seed)
+    finally:
+        run.stop()
+    decision = decide_paired(sample_rewards(played["b"]), sample_rewards(played["a"]), seed=args.seed)
+    a_counts = json.loads((src / "4-supervise" / "done.json").read_text())
+    line = {
+        "run": str(src), "tasks": len(tasks), "k": args.k,
+        **{side: summarize(played[side], args.k)["all"][f"avg@{args.k}"] for side in sides},
+        "paired_gain": decision.paired_gain, "lower_bound": decision.lower_bound,
+        "examples": {"a": a_counts, "b": b_counts},
+        "answered_after_error": {side: answered_after_error(played[side]) for side in sides},
+        "seconds": round(time.perf_counter() - started, 1),
+    }  # fmt: skip
+    print(json.dumps(line))
+    return line
+
+
+if __name__ == "__main__":
+    main()
