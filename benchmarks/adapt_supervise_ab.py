@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> dict:
     for phase in ("1-synthesize", "2-split", "3-rollouts"):
         if not (out / phase).exists():
             shutil.copytree(src / phase, out / phase)
-    run = Run(make_parser().parse_args(["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
-                                        "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress"]))  # fmt: skip
+    adapt_args = ["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
+                  "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress"]  # fmt: skip
+    run = Run(make_parser().parse_args(adapt_args))
     b_counts = run.phase("supervise", lambda d: _supervise(run, d))
     tasks = _tasks_file(out / "2-split" / "validation.jsonl")
     if not (out / "a-adapter").exists():  # the policy server loads weights from under --out only
