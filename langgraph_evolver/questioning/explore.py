@@ -26,7 +26,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "exploration_task",
     "explore",
     "explore_environment",
+    "explore_fresh",
     "unsafe_tools",
 ]
 
@@ -510,14 +511,21 @@ def explore(
                        task_setup=bool(getattr(env, "supports_task_setup", False)))  # fmt: skip
 
 
-def explore_environment(name: str, *, seed: int = 0, **options: Any) -> Trajectory:
-    """One seeded ``explore`` of a fresh instance of the environment ``name`` (``load_environment``), closed after:
-    ``explore_environment("mcp:python server.py", seed=3).tool_results()`` is what the explorer called and got."""
-    env = load_environment(name)
+def explore_fresh(factory: Callable[[Task], Environment], task: Task, **options: Any) -> Trajectory:
+    """One ``explore`` of ``task`` on a fresh instance (``factory(task)``), closed after (a setup that does not
+    replay raises ``EnvironmentFailure``)."""
+    env = factory(task)
     try:
-        return explore(env, exploration_task(None, env=name, seed=seed), seed=seed, **options)
+        return explore(env, task, **options)
     finally:
         env.close()
+
+
+def explore_environment(name: str, *, seed: int = 0, **options: Any) -> Trajectory:
+    """One seeded ``explore`` of a fresh instance of the environment ``name`` (``load_environment``):
+    ``explore_environment("mcp:python server.py", seed=3).tool_results()`` is what the explorer called and got."""
+    return explore_fresh(lambda _: load_environment(name), exploration_task(None, env=name, seed=seed), seed=seed,
+                         **options)  # fmt: skip
 
 
 async def aexplore(

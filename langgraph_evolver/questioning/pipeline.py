@@ -24,7 +24,7 @@ from langgraph_evolver.environment import Environment, TaskEnvironmentFactory, l
 from langgraph_evolver.errors import ConfigError, EnvironmentFailure
 from langgraph_evolver.types import Task
 
-from .explore import exploration_task, explore, unsafe_tools
+from .explore import exploration_task, explore_fresh, unsafe_tools
 from .explore_llm import aexplore_with_model
 from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerprint
 from .profile import tool_kind
@@ -158,15 +158,6 @@ def _filter_preferring_writes(
     return kept, report, over_cap
 
 
-def _explore_once(factory: TaskEnvironmentFactory, task: Task, **options: Any) -> Any:
-    """One schema exploration on a fresh instance (a setup that does not replay raises ``EnvironmentFailure``)."""
-    env = factory(task)
-    try:
-        return explore(env, task, **options)
-    finally:
-        env.close()
-
-
 def _default_factory(task: Task) -> Environment:
     return load_environment(task.env)
 
@@ -269,13 +260,13 @@ async def asynthesize_tasks(
             round_seed = seed * 1_000_003 + rounds
             if explorer is None:
                 try:
-                    trajectory = _explore_once(factory, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
+                    trajectory = explore_fresh(factory, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
                                                avoid=avoid)  # fmt: skip
                 except EnvironmentFailure:
                     if not setup:
                         raise
                     task = dataclasses.replace(task, metadata={k: v for k, v in task.metadata.items() if k != "setup"})
-                    trajectory = _explore_once(factory, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
+                    trajectory = explore_fresh(factory, task, n_breadth=n_breadth, n_depth=n_depth, seed=round_seed,
                                                avoid=avoid)  # fmt: skip
                 avoid |= unsafe_tools(trajectory)
             else:
