@@ -157,11 +157,15 @@ def render_result(text: str, structured: Any) -> str:
     """``text`` with the MCP ``structuredContent`` appended as JSON when it holds values the text does not show.
 
     The text stays first and unchanged (it is what the server wrote for people and models); nothing is added
-    when every scalar of the structured data already appears in it (FastMCP repeats the data as text).
+    when every scalar of the structured data already appears in it (FastMCP repeats the data as text). Rows are
+    the exception: FastMCP sends a list of lists (a spreadsheet range, SQL rows) as one text block a cell, so
+    the text does not say where a row ends; such a result is shown as the structured data's JSON instead.
     """
     data = _unwrap(structured)
     if data is None or data == {} or data == []:
         return text
+    if isinstance(data, list) and any(isinstance(v, list) for v in data) and read_result(text) != data:
+        return json.dumps(data, ensure_ascii=False, default=str)
     shown = (text or "").lower()
     missing = [v for v in leaves(data) if str(v).strip() and str(v).lower() not in shown]
     if not missing:
