@@ -65,6 +65,9 @@ def test_structured_content_the_text_lacks_is_shown_and_nothing_is_repeated():
     assert render_result(shown, {"sku": "SKU-100", "stock": 4}) == shown  # FastMCP repeats the data as text
     assert render_result("north\nharbour", {"result": ["north", "harbour"]}) == "north\nharbour"
     assert render_result("done", None) == "done"
+    rows = [["Item", "Amount"], ["Rent", 1200]]  # one block a cell: where a row ends is only in the structure
+    assert render_result("Item\nAmount\nRent\n1200", {"result": rows}) == '[["Item", "Amount"], ["Rent", 1200]]'
+    assert render_result(json.dumps(rows), {"result": rows}) == json.dumps(rows)  # the text shows the rows
 
 
 def test_read_tasks_expect_whole_values_from_blocks_and_lines():
@@ -401,6 +404,37 @@ def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_
     assert jonas.resolves == [[0, "TRK3"]] and lookups == [("TRK3", "Jonas Weber", "recipient")]
     assert "TRK4" in hana.query and hana.reference == (pairs[2][0],) and hana.resolves == []
     assert (hana.field, hana.answer) in {("status", "in_transit"), ("recipient", "Hana Sato")}
+
+
+@pytest.mark.timeout(300)
+def test_a_table_s_rows_are_records_asked_for_by_their_label():
+    """A spreadsheet's range (a bare list of rows, the first its headers) holds records with no ids: each row
+    goes by its label (the cell under a name header, else under the first column of distinct texts) and gives
+    a fact question about one of its other cells, answered by the read alone and kept by the filter; rows
+    without headers, or of unequal length, are no table."""
+    from langgraph_evolver.questioning.facts import table_facts, table_rows
+    from langgraph_evolver.questioning.filters import check_feasibility
+    from langgraph_evolver.types import Task
+
+    env = load_environment(spec("sheets.py"))
+    calls = [ToolCall(name="read_range", arguments={"sheet": "Budget", "cells": "A1:D3"}),
+             ToolCall(name="read_range", arguments={"sheet": "Inventory", "cells": "A1:D3"})]  # fmt: skip
+    try:
+        env.reset(exploration_task(None, env=spec("sheets.py")))
+        pairs = [(c, env.step(Action(tool_calls=(c,))).observations[0]) for c in calls]
+    finally:
+        env.close()
+    facts = table_facts(pairs, lambda n: False, seed=0)
+    labels = {f.field.split(" of ")[1]: f for f in facts}
+    assert set(labels) == {"Rent", "Groceries", "Stapler", "Paper A4"}, facts  # Inventory goes by its Name column
+    rent = labels["Rent"]
+    assert rent.reference == (calls[0],) and rent.resolves == [] and "Rent" in rent.query
+    assert (rent.field.split(" of ")[0], rent.answer) in {("Category", "housing"), ("Amount", "1200"), ("Paid", "yes")}
+    assert labels["Stapler"].answer in {"SKU-11", "14", "Shelf A"}
+    assert table_rows([[1, 2], [3, 4]]) == table_rows([["a", "b"], [1]]) == table_rows([["a", "b"]]) == []
+    task = Task(id="t", query=rent.query, env=spec("sheets.py"), reference_solution=rent.reference,
+                source="synthetic", metadata={"answer": rent.answer, "fact": rent.field})  # fmt: skip
+    assert check_feasibility(task, lambda t: load_environment(t.env))[0] is None
 
 
 @pytest.mark.timeout(300)

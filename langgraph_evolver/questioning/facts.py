@@ -9,6 +9,10 @@ name and, when the read needed the record's id, the read itself; the answer is t
 (``metadata["answer"]``, the same check as a hand-written task's ``answer``). The filter replays the
 reference and keeps the task only when a replayed read returns that value (``FACT_KEY``).
 
+A table (a list of rows whose first row is its headers, as spreadsheet and SQL tools return) is read as
+records, one a row, each going by its label: the cell under a name header, else under the first column of
+distinct texts ("What is the Qty of Toner?", the read alone: ``table_facts``).
+
 A record with no name goes by its owner's ("What is the status of Jonas Weber's shipment?") or, when the read
 took its id, by the id ("What is the status of TRK1003?"). Nothing here reads a server's or a tool's name: the
 fields are any record's keys that are not ids or names.
@@ -26,7 +30,7 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 from .profile import tool_entity
 from .wording import NAME_KEYS, Owned, id_argument, id_values
 
-__all__ = ["FACT_KEY", "Fact", "fact_questions"]
+__all__ = ["FACT_KEY", "Fact", "fact_questions", "table_facts", "table_rows"]
 
 FACT_KEY = "fact"
 """``task.metadata`` key of a fact question: the field it asks for (the filter checks a read returns the answer)."""
@@ -126,4 +130,53 @@ def fact_questions(
             entity = tool_entity(lookup.name if lookup is not None else call.name).replace("_", " ")
             query = rng.choice(templates).format(name=name, field=field.replace("_", " "), entity=entity)
             out.append(Fact(query, reference, answer, field, [] if lookup is None else [[0, value]]))
+    return out
+
+
+def table_rows(value: Any) -> list[dict[str, Any]]:
+    """A table's rows as records under its headers; ``[]`` for anything else. A table is a list of at least two
+    rows of one length whose first row is distinct non-empty texts (``[["Item", "Amount"], ["Rent", 1200]]``)."""
+    if not isinstance(value, list) or len(value) < 2 or not all(isinstance(row, list) for row in value):
+        return []
+    header = value[0]
+    if not header or not all(isinstance(h, str) and h.strip() for h in header) or len(set(header)) < len(header):
+        return []
+    if any(len(row) != len(header) for row in value[1:]):
+        return []
+    return [dict(zip(header, row, strict=True)) for row in value[1:]]
+
+
+def _label_column(rows: list[dict[str, Any]]) -> str | None:
+    """The column a row goes by: a name header, else the first whose cells are distinct texts with no digit."""
+
+    def labels(key: str) -> bool:
+        cells = [row[key] for row in rows]
+        texts = all(isinstance(c, str) and c.strip() and len(c) <= _MAX_TEXT for c in cells)
+        return texts and len(set(cells)) == len(cells)
+
+    keys = list(rows[0])
+    named = [k for k in keys if k.lower() in NAME_KEYS and labels(k)]
+    plain = [k for k in keys if labels(k) and not any(ch.isdigit() for row in rows for ch in str(row[k]))]
+    return (named or plain or [None])[0]
+
+
+def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool], *,
+                seed: int = 0) -> list[Fact]:  # fmt: skip
+    """Fact questions from the tables the successful reads returned (``table_rows``): per row, one of its plain
+    fields (drawn with ``seed``) asked for by the row's label, answered by the read alone."""
+    rng = random.Random(seed)
+    out: list[Fact] = []
+    for call, obs in pairs:
+        if writes(call.name) or obs.is_error:
+            continue
+        rows = table_rows(read_result(obs.content))
+        key = _label_column(rows) if rows else None
+        for row in rows if key else ():
+            label = row[key].strip()
+            fields = sorted(_fields(row, label))
+            if not fields:
+                continue
+            field, answer = rng.choice(fields)
+            query = rng.choice(_PLAIN).format(name=label, field=field)
+            out.append(Fact(query, (call,), answer, f"{field} of {label}", []))
     return out

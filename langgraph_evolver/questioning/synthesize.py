@@ -29,7 +29,7 @@ from langgraph_evolver.reference_scoring import normalized_arguments
 from langgraph_evolver.tool_results import holds_token
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
-from .facts import FACT_KEY, fact_questions
+from .facts import FACT_KEY, fact_questions, table_facts
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
 from .wording import (
     Owned,
@@ -416,7 +416,8 @@ def synthesize(
         def find(value: str, name: str, key: str | None) -> ToolCall | None:
             return _lookup_for(pairs, shown, value, name, writes, key)
 
-        for fact in fact_questions(pairs, records, writes, find, owners=owners, seed=seed):
+        facts = fact_questions(pairs, records, writes, find, owners=owners, seed=seed)
+        for fact in [*facts, *table_facts(pairs, writes, seed=seed)]:
             task_id, _ = _task_id(trajectory, carried, fact.reference, fact.field)
             tasks.setdefault(task_id, _task(trajectory, task_id, fact.query, fact.reference, {
                 "confidence": 1.0, "synthesizer": SYNTHESIZER_NAME, **carried, "answer": fact.answer,
