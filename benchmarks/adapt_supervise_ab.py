@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from trainers.evaluate import summarize  # noqa: E402
-from trainers.evolve.adapt import Run, _supervise, _tasks_file, make_parser  # noqa: E402
+from trainers.evolve.adapt import Run, make_parser, supervise_phase, tasks_file  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
 
 
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> dict:
     adapt_args = ["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
                   "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress"]  # fmt: skip
     run = Run(make_parser().parse_args(adapt_args))
-    b_counts = run.phase("supervise", lambda d: _supervise(run, d))
-    tasks = _tasks_file(out / "2-split" / "validation.jsonl")
+    b_counts = run.phase("supervise", lambda d: supervise_phase(run, d))
+    tasks = tasks_file(out / "2-split" / "validation.jsonl")
     if not (out / "a-adapter").exists():  # the policy server loads weights from under --out only
         shutil.copytree(src / "4-supervise" / "adapter", out / "a-adapter")
     sides = {"a": out / "a-adapter", "b": out / "4-supervise" / "adapter"}

@@ -39,7 +39,7 @@ from langgraph_evolver.errors import ConfigError, EvolverError
 
 from .adapt_grpo import grpo_phase
 
-__all__ = ["PHASES", "SHARES", "main", "make_parser"]
+__all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "supervise_phase", "tasks_file"]
 
 PHASES = ("synthesize", "split", "rollouts", "supervise", "grpo", "gate", "heldout")
 SHARES = {"synthesize": 0.2, "split": 0.0, "rollouts": 0.05, "supervise": 0.2, "grpo": 0.4, "gate": 0.1,
@@ -163,7 +163,7 @@ class Run:
             self.server = None
 
 
-def _tasks_file(path: Path) -> list[Any]:
+def tasks_file(path: Path) -> list[Any]:
     from langgraph_evolver.types import Task, read_jsonl
 
     return list(read_jsonl(path, Task))
@@ -206,7 +206,7 @@ def _split(run: Run, d: Path) -> dict[str, Any]:
         shares = ()
     if len(shares) != 3 or any(s < 0 for s in shares) or sum(shares) <= 0:
         raise ConfigError(f"--split {run.args.split!r} must be three shares 'sft,rl,validation', e.g. 0.4,0.4,0.2")
-    tasks = _tasks_file(run.dir("synthesize") / "tasks.jsonl")
+    tasks = tasks_file(run.dir("synthesize") / "tasks.jsonl")
     parts = split_tasks(tasks, shares, seed=run.args.seed)  # type: ignore[arg-type]
     if not parts["rl"] or not parts["validation"]:
         raise EvolverError(f"{len(tasks)} synthesized tasks are too few to split into sft / rl / validation parts: "
@@ -219,13 +219,13 @@ def _split(run: Run, d: Path) -> dict[str, Any]:
 def _own_rollouts(run: Run, d: Path) -> dict[str, Any]:
     from langgraph_evolver.types import write_jsonl
 
-    tasks = _tasks_file(run.dir("split") / "sft.jsonl")
+    tasks = tasks_file(run.dir("split") / "sft.jsonl")
     trajectories = run.rollouts(tasks, None, k=1, seed=run.args.seed) if tasks else []
     write_jsonl(d / "trajectories.jsonl", trajectories)
     return {"rollouts": len(trajectories), "solved": sum((t.reward or 0.0) >= 1.0 for t in trajectories)}
 
 
-def _supervise(run: Run, d: Path) -> dict[str, Any]:
+def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from langgraph_evolver.environment import environment_factory
@@ -235,7 +235,7 @@ def _supervise(run: Run, d: Path) -> dict[str, Any]:
     from .adapt_data import supervised_examples, train_lora
 
     model_path = resolve_model(run.args.model_path)
-    tasks = _tasks_file(run.dir("split") / "sft.jsonl")
+    tasks = tasks_file(run.dir("split") / "sft.jsonl")
     own = list(read_jsonl(run.dir("rollouts") / "trajectories.jsonl", Trajectory))
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
@@ -279,7 +279,7 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path) 
 def _gate(run: Run, d: Path) -> dict[str, Any]:
     """Validation chooses the candidate, the supervised adapter on a tie (GRPO from an adapter that solves few
     tasks can drift), and gates it against the starting model."""
-    tasks = _tasks_file(run.dir("split") / "validation.jsonl")
+    tasks = tasks_file(run.dir("split") / "validation.jsonl")
     return _evaluate(run, tasks, {"supervised": run.dir("supervise") / "adapter", "grpo": _grpo_adapter(run)}, d)
 
 
@@ -325,7 +325,7 @@ def adapt(args: argparse.Namespace) -> dict[str, Any]:
         ("synthesize", lambda d: _synthesize(run, d)),
         ("split", lambda d: _split(run, d)),
         ("rollouts", lambda d: _own_rollouts(run, d)),
-        ("supervise", lambda d: _supervise(run, d)),
+        ("supervise", lambda d: supervise_phase(run, d)),
         ("grpo", lambda d: grpo_phase(run, d, LORA)),
         ("gate", lambda d: _gate(run, d)),
     ]
