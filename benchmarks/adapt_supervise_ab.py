@@ -2,14 +2,16 @@
 the run's supervised adapter, on the run's validation part, paired and seeded.
 
     python benchmarks/adapt_supervise_ab.py --run runs/r54/adapt-library --out runs/r54/ab-supervise \\
-        --env "mcp:python examples/mcp_servers/library.py" --model_path checkpoints/smollm2-warm-doc   # ~30 min
+        --env "mcp:python examples/mcp_servers/library.py" --model_path checkpoints/smollm2-warm-doc \\
+        -- --mistake_chats   # adapt flags for B; ~30 min
 
 The run's synthesize, split and rollouts phases are copied into ``--out`` and its supervise phase is redone
-there with the same budget (``--minutes``, adapt's share) and seed; then both supervised adapters (A: the
-run's, B: the new one) play the validation tasks, ``--k`` samples each with the same seeds, and the gate's
-paired bootstrap bounds B - A. Validation only: the held-out tasks are not read. Ends with one JSON line:
-``a``, ``b``, ``paired_gain``, ``lower_bound``, ``examples`` (A's and B's supervise counts), ``answered_after_error``
-(share of each side's episodes that end with an answer right after an error observation), ``seconds``.
+there with the same budget (``--minutes``, adapt's share) and seed and the adapt flags after ``--``; then both
+supervised adapters (A: the run's, B: the new one) play the validation tasks, ``--k`` samples each with the
+same seeds (rollouts in ``a.jsonl`` and ``b.jsonl``), and the gate's paired bootstrap bounds B - A. Validation
+only: the held-out tasks are not read. Ends with one JSON line: ``a``, ``b``, ``paired_gain``, ``lower_bound``,
+``examples`` (A's and B's supervise counts), ``answered_after_error`` (share of each side's episodes that end
+with an answer right after an error observation), ``seconds``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from langgraph_evolver.types import write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, supervise_phase, tasks_file  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--minutes", type=float, default=60, help="the run's --minutes (sizes the supervise phase)")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
+    p.add_argument("adapt_flags", nargs=argparse.REMAINDER, help="after --: adapt flags for B (e.g. --mistake_chats)")
     args = p.parse_args(argv)
     started = time.perf_counter()
     src, out = Path(args.run), Path(args.out)
@@ -54,7 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
         if not (out / phase).exists():
             shutil.copytree(src / phase, out / phase)
     adapt_args = ["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
-                  "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress"]  # fmt: skip
+                  "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress",
+                  *[f for f in args.adapt_flags if f != "--"]]  # fmt: skip
     run = Run(make_parser().parse_args(adapt_args))
     b_counts = run.phase("supervise", lambda d: supervise_phase(run, d))
     tasks = tasks_file(out / "2-split" / "validation.jsonl")
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
             played[side] = run.rollouts(tasks, adapter, k=args.k, seed=args.seed)
     finally:
         run.stop()
+    for side in sides:
+        write_jsonl(out / f"{side}.jsonl", played[side])
     decision = decide_paired(sample_rewards(played["b"]), sample_rewards(played["a"]), seed=args.seed)
     a_counts = json.loads((src / "4-supervise" / "done.json").read_text())
     line = {

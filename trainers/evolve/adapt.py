@@ -9,8 +9,8 @@ ones and resumes a partly done GRPO from its last checkpoint):
 1. ``synthesize``: self-questioning explores the environment and keeps verified tasks (their references replay);
 2. ``split``: the tasks cut into sft / rl / validation parts, disjoint by task and by (query, calls) signature;
 3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
-4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise,
-   and each task once more begun with a mistake and the server's error (``adapt_data.mistake_chat``);
+4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise
+   (with ``--mistake_chats``, each task once more begun with a mistake and the server's error);
 5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
 6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
    seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
@@ -77,6 +77,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpo_steps", type=int, default=200, help="most GRPO steps (the time share stops it earlier)")
     p.add_argument("--grpo_lr", type=float, default=1e-4, help="GRPO's learning rate (constant)")
     p.add_argument("--sft_steps", type=int, default=None, help="most supervised steps (default: its time share)")
+    p.add_argument("--mistake_chats", action="store_true",
+                   help="also supervise each sft task begun with a mistake of its first call and the server's error "
+                   "(off: on library it did not help, docs/your-domain.md)")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
@@ -239,7 +242,7 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     own = list(read_jsonl(run.dir("rollouts") / "trajectories.jsonl", Trajectory))
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
-                                           seed=run.args.seed)  # fmt: skip
+                                           seed=run.args.seed, with_mistakes=run.args.mistake_chats)  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip

@@ -233,15 +233,15 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 
 
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
-                        env_factory: Callable[[Task], Any], *, max_length: int = 2048,
-                        seed: int = 0) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
+                        env_factory: Callable[[Task], Any], *, max_length: int = 2048, seed: int = 0,
+                        with_mistakes: bool = False) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``,
     ``recovery``, ``mistake``, ``skipped``).
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
-    its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). Every
-    task is also taught once as the way back from a mistake (``mistake_chat``, drawn with ``seed``; counted in
-    ``mistake``). A reference that no longer replays (the tool raised) is skipped, not taught.
+    its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). With
+    ``with_mistakes`` every task is also taught once as the way back from a mistake (``mistake_chat``, drawn with
+    ``seed``; counted in ``mistake``). A reference that no longer replays (the tool raised) is skipped, not taught.
     """
     from trainers.tiny import encode_example
 
@@ -258,7 +258,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
             env = env_factory(task)
             try:
                 chats = {"reference": None if own else reference_chat(env, task), "recovery": recovery_chat(env, task),
-                         "mistake": mistake_chat(env, task, rng)}  # fmt: skip
+                         "mistake": mistake_chat(env, task, rng) if with_mistakes else None}  # fmt: skip
             finally:
                 getattr(env, "close", lambda: None)()
         except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
