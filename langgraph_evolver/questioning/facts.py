@@ -106,7 +106,8 @@ def fact_questions(
                 if value is None:
                     continue
                 fields = sorted(_fields(record, value))
-                lookup, name, templates = None, value, (_POSSESSIVE, *_PLAIN)
+                templates: tuple[str, ...] = (_POSSESSIVE, *_PLAIN)
+                lookup, name = None, value
             else:
                 if needs - {value}:  # the read needs ids other than this record's
                     continue
@@ -157,7 +158,7 @@ def _label_column(rows: list[dict[str, Any]]) -> str | None:
     keys = list(rows[0])
     named = [k for k in keys if k.lower() in NAME_KEYS and labels(k)]
     plain = [k for k in keys if labels(k) and not any(ch.isdigit() for row in rows for ch in str(row[k]))]
-    return (named or plain or [None])[0]
+    return (named or plain)[0] if named or plain else None
 
 
 def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool], *,
@@ -171,7 +172,9 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
             continue
         rows = table_rows(read_result(obs.content))
         key = _label_column(rows) if rows else None
-        for row in rows if key else ():
+        if key is None:
+            continue
+        for row in rows:
             label = row[key].strip()
             fields = sorted(_fields(row, label))
             if not fields:

@@ -155,7 +155,8 @@ def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict
                   and any(str(v) in names for v in c.arguments.values())), None)  # fmt: skip
     if first is None:
         return None
-    wrong = ToolCall(name=first.name, arguments={k: names.get(str(v), v) for k, v in first.arguments.items()})
+    args = first.arguments if isinstance(first.arguments, dict) else {}
+    wrong = ToolCall(name=first.name, arguments={k: names.get(str(v), v) for k, v in args.items()})
     return _after_mistake(env, task, wrong)
 
 
@@ -192,13 +193,14 @@ def mistakes(task: Task, tools: Sequence[dict[str, Any]], rng: random.Random) ->
     for ``set_cell`` on "... the budget": the adapted models made such names up, then answered after the
     error). Each is taught once, before the reference (``mistake_chat``)."""
     reference = task.reference_solution or ()
-    if not reference or not isinstance(reference[0].arguments, dict):
+    args = reference[0].arguments if reference else None
+    if not isinstance(args, dict):
         return []
     first, out = reference[0], []
-    required = [k for k in _parameters(tools, first.name).get("required") or () if k in first.arguments]
+    required = [k for k in _parameters(tools, first.name).get("required") or () if k in args]
     if required:
         drop = rng.choice(required)
-        out.append(ToolCall(name=first.name, arguments={k: v for k, v in first.arguments.items() if k != drop}))
+        out.append(ToolCall(name=first.name, arguments={k: v for k, v in args.items() if k != drop}))
     names = {t.get("function", t).get("name") for t in tools}
     parts = [w for w in re.split(r"[_\-]|(?<=[a-z])(?=[A-Z])", first.name) if w]
     words = [w for w in re.findall(r"[a-z]+", task.query.lower())
@@ -207,7 +209,7 @@ def mistakes(task: Task, tools: Sequence[dict[str, Any]], rng: random.Random) ->
         sep = "_" if "_" in first.name or len(parts) == 1 else ""
         made = f"{parts[0]}{sep}{rng.choice(words) if sep else rng.choice(words).capitalize()}"
         if made not in names:
-            out.append(ToolCall(name=made, arguments=dict(first.arguments)))
+            out.append(ToolCall(name=made, arguments=dict(args)))
     return out
 
 
