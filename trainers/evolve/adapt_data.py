@@ -179,14 +179,6 @@ _FILLER = frozenset("the a an and or of to in on at for with by from is are be i
                     "new all any there then now".split())  # fmt: skip
 
 
-def _parameters(tools: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:
-    for tool in tools:
-        fn = tool.get("function", tool)
-        if fn.get("name") == name:
-            return fn.get("parameters") or {}
-    return {}
-
-
 def mistakes(task: Task, tools: Sequence[dict[str, Any]], rng: random.Random) -> list[ToolCall]:
     """The first reference call as a small model gets it wrong, whatever the server: a required argument left
     out, and a tool the server lacks, named from the call's first word and a word of the request ("set_budget"
@@ -196,19 +188,21 @@ def mistakes(task: Task, tools: Sequence[dict[str, Any]], rng: random.Random) ->
     args = reference[0].arguments if reference else None
     if not isinstance(args, dict):
         return []
+    from langgraph_evolver.questioning.profile import derive_profile
+
     first, out = reference[0], []
-    required = [k for k in _parameters(tools, first.name).get("required") or () if k in args]
+    operations = derive_profile(tools)["operations"]
+    required = [k for k in operations.get(first.name, {}).get("required", ()) if k in args]
     if required:
         drop = rng.choice(required)
         out.append(ToolCall(name=first.name, arguments={k: v for k, v in args.items() if k != drop}))
-    names = {t.get("function", t).get("name") for t in tools}
     parts = [w for w in re.split(r"[_\-]|(?<=[a-z])(?=[A-Z])", first.name) if w]
     words = [w for w in re.findall(r"[a-z]+", task.query.lower())
              if len(w) > 2 and w not in _FILLER and w not in {p.lower() for p in parts}]  # fmt: skip
     if parts and words:
         sep = "_" if "_" in first.name or len(parts) == 1 else ""
         made = f"{parts[0]}{sep}{rng.choice(words) if sep else rng.choice(words).capitalize()}"
-        if made not in names:
+        if made not in operations:
             out.append(ToolCall(name=made, arguments=dict(args)))
     return out
 
