@@ -236,8 +236,9 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
     its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). With
-    ``with_mistakes`` every task is also taught once as the way back from a mistake (``mistake_chat``, drawn with
-    ``seed``; counted in ``mistake``). A reference that no longer replays (the tool raised) is skipped, not taught.
+    ``with_mistakes`` every task taught by its reference is also taught once as the way back from a mistake
+    (``mistake_chat``, drawn with ``seed``; counted in ``mistake``). A reference that no longer replays (the tool
+    raised) is skipped, not taught.
     """
     from trainers.tiny import encode_example
 
@@ -250,19 +251,20 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "skipped": 0}
     for task in tasks:
         own = _own_examples(solved[task.id]) if task.id in solved else []
+        if own:  # what the model really said; no environment needed
+            examples += own
+            counts["own"] += 1
+            continue
         try:
             env = env_factory(task)
             try:
-                chats = {"reference": None if own else reference_chat(env, task), "recovery": recovery_chat(env, task),
+                chats = {"reference": reference_chat(env, task), "recovery": recovery_chat(env, task),
                          "mistake": mistake_chat(env, task, rng) if with_mistakes else None}  # fmt: skip
             finally:
                 getattr(env, "close", lambda: None)()
         except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
             counts["skipped"] += 1
             continue
-        if own:
-            examples += own
-            counts["own"] += 1
         for kind, chat in chats.items():
             if chat is not None:
                 examples.append(encode_example(tokenizer, *chat))
