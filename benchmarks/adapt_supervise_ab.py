@@ -11,7 +11,8 @@ supervised adapters (A: the run's, B: the new one) play the validation tasks, ``
 same seeds (rollouts in ``a.jsonl`` and ``b.jsonl``), and the gate's paired bootstrap bounds B - A. Validation
 only: the held-out tasks are not read. Ends with one JSON line: ``a``, ``b``, ``paired_gain``, ``lower_bound``,
 ``examples`` (A's and B's supervise counts), ``answered_after_error`` (share of each side's episodes that end
-with an answer right after an error observation), ``seconds``.
+with an answer right after an error observation), ``first_call_right`` (share whose first call names the
+tool the reference begins with), ``seconds``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def answered_after_error(trajectories: list) -> float:
         observations = [o for step in t.steps for o in step.observations]
         ended += bool(observations and observations[-1].is_error and t.finish_reason == "final_answer")
     return round(ended / max(len(trajectories), 1), 3)
+
+
+def first_call_right(trajectories: list) -> float:
+    """The share of episodes whose first call names the tool the task's reference begins with."""
+    right = 0
+    for t in trajectories:
+        calls = [c for step in t.steps for c in step.action.tool_calls]
+        reference = t.task.reference_solution or ()
+        right += bool(calls and reference and calls[0].name == reference[0].name)
+    return round(right / max(len(trajectories), 1), 3)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -82,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
         "paired_gain": decision.paired_gain, "lower_bound": decision.lower_bound,
         "examples": {"a": a_counts, "b": b_counts},
         "answered_after_error": {side: answered_after_error(played[side]) for side in sides},
+        "first_call_right": {side: first_call_right(played[side]) for side in sides},
         "seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip
     print(json.dumps(line))

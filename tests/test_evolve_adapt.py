@@ -280,3 +280,54 @@ def test_every_task_is_also_taught_as_the_way_back_from_a_mistake():
         firsts.add(calls[0][0]["name"])
     assert firsts == {"send_message", "send_meeting"}  # both kinds drawn
     assert "unknown tool 'send_meeting'" in " ".join(m["content"] for c in chats for m in c[0] if m["role"] == "tool")
+
+
+def test_a_task_s_first_call_is_also_taught_with_the_request_s_values_swapped():
+    """The adapted library model opened 69 of 88 held-out episodes with ``search_books``, member names included:
+    its first call had been taught on 38 requests. Each sft task's first call is also taught with the values the
+    request quotes swapped for others the same argument took in the sft references, in the request and the call;
+    the chat ends at that call (the rest depends on results nobody replayed). An id the request labels ("P8
+    (Grace Hopper)") is not swapped, nor a request already made (``avoid``)."""
+    from transformers import AutoTokenizer
+
+    from trainers.evolve.adapt_data import first_call_chat, supervised_examples, swap_values, swapped_tasks
+    from trainers.tiny import encode_example
+
+    def ask(tid: str, query: str, *calls: ToolCall) -> Task:
+        return Task(id=tid, query=query, env=SEARCH, reference_solution=calls)
+
+    find = [ToolCall(name="search_people", arguments={"query": n}) for n in ("Grace Hopper", "Alan Turing", "Ada")]
+    dues = ToolCall(name="get_person", arguments={"person_id": "P8"})
+    tasks = [ask("a", "What are Grace Hopper's dues?", find[0], dues),
+             ask("b", "Find Alan Turing.", find[1]), ask("c", "Look up Ada.", find[2]),
+             ask("d", "Invite P8 (Grace Hopper).", ToolCall(name="invite", arguments={"person_id": "P8"})),
+             ask("e", "Invite P9.", ToolCall(name="invite", arguments={"person_id": "P9"}))]  # fmt: skip
+    values = swap_values(tasks)
+    assert values[("search_people", "query")] == ["Grace Hopper", "Alan Turing", "Ada"]
+    made = swapped_tasks(tasks[0], values, random.Random(0), 5)
+    assert sorted(t.query for t in made) == ["What are Ada's dues?", "What are Alan Turing's dues?"]  # two others
+    for t in made:
+        name = t.query.removeprefix("What are ").removesuffix("'s dues?")
+        assert t.reference_solution == (ToolCall(name="search_people", arguments={"query": name}),)
+    assert swapped_tasks(tasks[3], values, random.Random(0), 5) == []  # the labelled id stays
+    assert [t.query for t in swapped_tasks(tasks[4], values, random.Random(0), 5)] == ["Invite P8."]
+    assert swapped_tasks(tasks[4], values, random.Random(0), 5, avoid={"invite p8."}) == []
+    assert swapped_tasks(tasks[1], values, random.Random(0), 0) == []
+
+    env = environment_factory(SEARCH)(made[0])
+    try:
+        messages, tools = first_call_chat(env, made[0])
+    finally:
+        env.close()
+    assert [m["role"] for m in messages][-2:] == ["user", "assistant"] and messages[-2]["content"] == made[0].query
+    first = made[0].reference_solution[0]
+    assert messages[-1]["tool_calls"][0]["function"] == {"name": first.name, "arguments": first.arguments}
+    tokenizer = AutoTokenizer.from_pretrained(str(ROOT / "checkpoints" / "tiny-policy"))
+    ids, labels = encode_example(tokenizer, messages, tools)
+    taught = tokenizer.decode([t for t, lab in zip(ids, labels, strict=True) if lab != -100])
+    assert "search_people" in taught and made[0].reference_solution[0].arguments["query"] in taught
+    assert made[0].query not in taught  # the request is context, not loss
+
+    examples, counts = supervised_examples(tasks, [], tokenizer, environment_factory(SEARCH), swaps=1)
+    assert counts["swap"] == 4 and counts["reference"] == 5  # a, b, c by name, e by id; d labelled
+    assert len(examples) == counts["reference"] + counts["recovery"] + counts["swap"]

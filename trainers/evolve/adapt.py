@@ -10,7 +10,8 @@ ones and resumes a partly done GRPO from its last checkpoint):
 2. ``split``: the tasks cut into sft / rl / validation parts, disjoint by task and by (query, calls) signature;
 3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
 4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise
-   (with ``--mistake_chats``, each task once more begun with a mistake and the server's error);
+   (with ``--mistake_chats``, each task once more begun with a mistake and the server's error; with
+   ``--swap_chats N``, up to N first calls with the request's values swapped);
 5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
 6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
    seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
@@ -80,6 +81,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mistake_chats", action="store_true",
                    help="also supervise each sft task begun with a mistake of its first call and the server's error "
                    "(off: on library it did not help, docs/your-domain.md)")  # fmt: skip
+    p.add_argument("--swap_chats", type=int, default=0,
+                   help="also supervise up to N copies of each sft task's first call with the request's values "
+                   "swapped for others the same argument took (0: off)")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
@@ -241,15 +245,19 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     tasks = tasks_file(run.dir("split") / "sft.jsonl")
     own = list(read_jsonl(run.dir("rollouts") / "trajectories.jsonl", Trajectory))
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    others = [t for part in ("rl", "validation") for t in tasks_file(run.dir("split") / f"{part}.jsonl")]
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
-                                           seed=run.args.seed, with_mistakes=run.args.mistake_chats)  # fmt: skip
+                                           seed=run.args.seed, with_mistakes=run.args.mistake_chats,
+                                           swaps=run.args.swap_chats,
+                                           avoid={" ".join(t.query.lower().split()) for t in others})  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
     trained = train_lora(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
                          max_steps=run.args.sft_steps, progress=not run.args.no_progress)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
-            "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "skipped": counts["skipped"],
+            "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
+            "skipped": counts["skipped"],
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
@@ -376,6 +384,7 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "sft_from_own_rollouts": results["supervise"]["from_own_rollouts"],
         "sft_recoveries": results["supervise"].get("from_recoveries", 0),  # absent in a supervise done before
         "sft_mistakes": results["supervise"].get("from_mistakes", 0),
+        "sft_swaps": results["supervise"].get("from_swaps", 0),
         "grpo_steps": results["grpo"]["grpo_steps"],
         "validation_before": gate["before"],
         "validation_after": gate["after"],

@@ -26,8 +26,9 @@ from typing import Any
 from langgraph_evolver.reference_scoring import expected_answer
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["PARTS", "family", "final_answer", "mistake_chat", "mistakes", "recovery_chat", "reference_chat",
-           "signature", "split_tasks", "supervised_examples", "train_lora"]  # fmt: skip
+__all__ = ["PARTS", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes", "recovery_chat",
+           "reference_chat", "signature", "split_tasks", "supervised_examples", "swap_values", "swapped_tasks",
+           "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -216,6 +217,69 @@ def mistake_chat(env: Any, task: Task, rng: random.Random) -> tuple[list[dict[st
     return _after_mistake(env, task, rng.choice(options)) if options else None
 
 
+def swap_values(tasks: Sequence[Task]) -> dict[tuple[str, str], list[str]]:
+    """The text values each (tool, argument) took in ``tasks``' reference calls, first seen first."""
+    values: dict[tuple[str, str], list[str]] = {}
+    for task in tasks:
+        for call in task.reference_solution or ():
+            for key, value in (call.arguments if isinstance(call.arguments, dict) else {}).items():
+                if isinstance(value, str) and len(value.strip()) > 1 and value not in values.get((call.name, key), []):
+                    values.setdefault((call.name, key), []).append(value)
+    return values
+
+
+def _quoted_once(value: str, query: str) -> bool:
+    """``value`` stands in ``query`` once, as a whole word, and not as an id the explorer labelled ("B102 (Beloved)":
+    swapping the id alone would leave the label naming another record)."""
+    if len(value.strip()) < 2:
+        return False
+    found = list(re.finditer(rf"(?<!\w){re.escape(value)}(?!\w)", query))
+    return len(found) == 1 and not query[found[0].end() :].startswith(" (")
+
+
+def swapped_tasks(task: Task, values: dict[tuple[str, str], list[str]], rng: random.Random, n: int,
+                  avoid: set[str] | frozenset[str] = frozenset()) -> list[Task]:  # fmt: skip
+    """Up to ``n`` copies of ``task`` cut to its first call, each text argument of that call the request quotes
+    swapped (in the request and in the call) for another value the same argument of the same tool took in
+    ``values``: "What is the fine of Ada Novak?" -> find_member("Ada Novak") also as "... of Ben Osei?" ->
+    find_member("Ben Osei"). The first call is where a small model goes wrong (an adapted library model opened 69
+    of 88 held-out episodes with ``search_books``, member names included); the rest of a swapped task's calls
+    depend on results nobody replayed, so only the first is taught. A request already in ``avoid`` (folded
+    queries of the synthesized tasks) is not made again."""
+    reference = task.reference_solution or ()
+    args = reference[0].arguments if reference else None
+    if not isinstance(args, dict) or n <= 0:
+        return []
+    swappable = {k: [o for o in values.get((reference[0].name, k), []) if o != v]
+                 for k, v in args.items() if isinstance(v, str) and _quoted_once(v, task.query)}  # fmt: skip
+    swappable = {k: others for k, others in swappable.items() if others}
+    out: list[Task] = []
+    seen = set(avoid) | {" ".join(task.query.lower().split())}
+    for i in range(n * 3):  # a few draws more than wanted: some repeat
+        if len(out) == n or not swappable:
+            break
+        chosen = {k: rng.choice(others) for k, others in swappable.items()}
+        query = task.query
+        for k, new in chosen.items():
+            found = re.search(rf"(?<!\w){re.escape(args[k])}(?!\w)", query)
+            query = query[: found.start()] + new + query[found.end() :] if found else query
+        folded = " ".join(query.lower().split())
+        if folded in seen:
+            continue
+        seen.add(folded)
+        call = ToolCall(name=reference[0].name, arguments={**args, **chosen})
+        out.append(Task(id=f"{task.id}-swap{i}", query=query, env=task.env, env_params=task.env_params,
+                        reference_solution=(call,)))  # fmt: skip
+    return out
+
+
+def first_call_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The request of ``task`` and its first reference call, the assistant's turn: the chat ends there."""
+    obs = env.reset(task)
+    call = (task.reference_solution or ())[0]
+    return [*obs.messages, _assistant_call("call_0", call)], list(obs.tools)
+
+
 def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
     """One example per policy turn of a successful rollout: its prompt ids unlabeled, its completion labeled."""
     out = []
@@ -230,15 +294,18 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
                         env_factory: Callable[[Task], Any], *, max_length: int = 2048, seed: int = 0,
-                        with_mistakes: bool = False) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
+                        with_mistakes: bool = False, swaps: int = 0, avoid: set[str] | frozenset[str] = frozenset()
+                        ) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``,
-    ``recovery``, ``mistake``, ``skipped``).
+    ``recovery``, ``mistake``, ``swap``, ``skipped``).
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
     its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). With
     ``with_mistakes`` every task taught by its reference is also taught once as the way back from a mistake
-    (``mistake_chat``, drawn with ``seed``; counted in ``mistake``). A reference that no longer replays (the tool
-    raised) is skipped, not taught.
+    (``mistake_chat``, drawn with ``seed``; counted in ``mistake``). With ``swaps`` it is also taught up to that
+    many times as its first call with the request's values swapped (``swapped_tasks`` over the values the sft
+    references took; ``avoid``: folded requests not to make, the other parts'; counted in ``swap``). A reference
+    that no longer replays (the tool raised) is skipped, not taught.
     """
     from trainers.tiny import encode_example
 
@@ -248,7 +315,9 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
         if (t.reward or 0.0) >= 1.0 and t.task.id not in solved:
             solved[t.task.id] = t
     examples: list[tuple[list[int], list[int]]] = []
-    counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "skipped": 0}
+    counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "swap": 0, "skipped": 0}
+    values = swap_values(tasks) if swaps else {}
+    avoid = set(avoid) | {" ".join(t.query.lower().split()) for t in tasks}
     for task in tasks:
         own = _own_examples(solved[task.id]) if task.id in solved else []
         if own:  # what the model really said; no environment needed
@@ -258,14 +327,17 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
         try:
             env = env_factory(task)
             try:
-                chats = {"reference": reference_chat(env, task), "recovery": recovery_chat(env, task),
-                         "mistake": mistake_chat(env, task, rng) if with_mistakes else None}  # fmt: skip
+                chats = [("reference", reference_chat(env, task)), ("recovery", recovery_chat(env, task)),
+                         ("mistake", mistake_chat(env, task, rng) if with_mistakes else None)]  # fmt: skip
+                made = swapped_tasks(task, values, rng, swaps, avoid)
+                avoid |= {" ".join(t.query.lower().split()) for t in made}
+                chats += [("swap", first_call_chat(env, t)) for t in made]
             finally:
                 getattr(env, "close", lambda: None)()
         except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
             counts["skipped"] += 1
             continue
-        for kind, chat in chats.items():
+        for kind, chat in chats:
             if chat is not None:
                 examples.append(encode_example(tokenizer, *chat))
                 counts[kind] += 1
