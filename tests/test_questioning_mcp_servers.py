@@ -410,7 +410,8 @@ def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_
 def test_a_table_s_rows_are_records_asked_for_by_their_label():
     """A spreadsheet's range (a bare list of rows, the first its headers) holds records with no ids: each row
     goes by its label (the cell under a name header, else under the first column of distinct texts) and gives
-    a fact question about one of its other cells, answered by the read alone and kept by the filter; rows
+    a fact question about one of its other cells, answered by the read alone (which the request names: a
+    reference value the request never says is one a model can only memorize) and kept by the filter; rows
     without headers, or of unequal length, are no table."""
     from langgraph_evolver.questioning.facts import table_facts, table_rows
     from langgraph_evolver.questioning.filters import check_feasibility
@@ -429,6 +430,8 @@ def test_a_table_s_rows_are_records_asked_for_by_their_label():
     assert set(labels) == {"Rent", "Groceries", "Stapler", "Paper A4"}, facts  # Inventory goes by its Name column
     rent = labels["Rent"]
     assert rent.reference == (calls[0],) and rent.resolves == [] and "Rent" in rent.query
+    assert rent.query.endswith(" Read sheet 'Budget', cells 'A1:D3'.")  # the read the request's answer is in
+    assert "sheet 'Inventory'" in labels["Stapler"].query
     assert (rent.field.split(" of ")[0], rent.answer) in {("Category", "housing"), ("Amount", "1200"), ("Paid", "yes")}
     assert labels["Stapler"].answer in {"SKU-11", "14", "Shelf A"}
     assert table_rows([[1, 2], [3, 4]]) == table_rows([["a", "b"], [1]]) == table_rows([["a", "b"]]) == []

@@ -11,7 +11,8 @@ reference and keeps the task only when a replayed read returns that value (``FAC
 
 A table (a list of rows whose first row is its headers, as spreadsheet and SQL tools return) is read as
 records, one a row, each going by its label: the cell under a name header, else under the first column of
-distinct texts ("What is the Qty of Toner?", the read alone: ``table_facts``).
+distinct texts ("What is the Qty of Toner? Read sheet 'Inventory', cells 'A1:D5'.", the read alone, named in the
+request: ``table_facts``).
 
 A record with no name goes by its owner's ("What is the status of Jonas Weber's shipment?") or, when the read
 took its id, by the id ("What is the status of TRK1003?"). Nothing here reads a server's or a tool's name: the
@@ -28,7 +29,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import tool_entity
-from .wording import NAME_KEYS, Owned, id_argument, id_values
+from .wording import NAME_KEYS, Owned, _shown, arg_noun, id_argument, id_values
 
 __all__ = ["FACT_KEY", "Fact", "fact_questions", "table_facts", "table_rows"]
 
@@ -164,7 +165,8 @@ def _label_column(rows: list[dict[str, Any]]) -> str | None:
 def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool], *,
                 seed: int = 0) -> list[Fact]:  # fmt: skip
     """Fact questions from the tables the successful reads returned (``table_rows``): per row, one of its plain
-    fields (drawn with ``seed``) asked for by the row's label, answered by the read alone."""
+    fields (drawn with ``seed``) asked for by the row's label, answered by the read alone, which the request
+    names (``_where``: the read's arguments, as a request shows them)."""
     rng = random.Random(seed)
     out: list[Fact] = []
     for call, obs in pairs:
@@ -174,12 +176,22 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
         key = _label_column(rows) if rows else None
         if key is None:
             continue
+        where = _where(call)
         for row in rows:
             label = row[key].strip()
             fields = sorted(_fields(row, label))
             if not fields:
                 continue
             field, answer = rng.choice(fields)
-            query = rng.choice(_PLAIN).format(name=label, field=field)
+            query = f"{rng.choice(_PLAIN).format(name=label, field=field)} {where}".rstrip()
             out.append(Fact(query, (call,), answer, f"{field} of {label}", []))
     return out
+
+
+def _where(call: ToolCall) -> str:
+    """Where a table read looks, said in the request ("Read sheet 'Inventory', cells 'A1:D3'."): a request whose
+    reference takes values it never names teaches a model to make them up (an adapted sheets model opened 38 of
+    88 held-out episodes with the one read four table facts had taught, whatever sheet the request named)."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    shown = [f"{arg_noun(k)} {_shown(k, v, {})}" for k, v in args.items() if v not in ("", None, [], {})]
+    return f"Read {', '.join(shown)}." if shown else ""
