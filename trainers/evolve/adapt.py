@@ -81,9 +81,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mistake_chats", action="store_true",
                    help="also supervise each sft task begun with a mistake of its first call and the server's error "
                    "(off: on library it did not help, docs/your-domain.md)")  # fmt: skip
-    p.add_argument("--swap_chats", type=int, default=0,
+    p.add_argument("--swap_chats", type=int, default=3,
                    help="also supervise up to N copies of each sft task's first call with the request's values "
-                   "swapped for others the same argument took (0: off)")  # fmt: skip
+                   "swapped for others the same argument took (0: off; docs/your-domain.md has the A/B)")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
