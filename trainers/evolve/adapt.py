@@ -11,7 +11,7 @@ ones and resumes a partly done GRPO from its last checkpoint):
 3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
 4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise
    (with ``--mistake_chats``, each task once more begun with a mistake and the server's error; with
-   ``--swap_chats N``, up to N first calls with the request's values swapped);
+   ``--swap_chats N``, 3 by default, up to N first calls with the request's values swapped);
 5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
 6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
    seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
