@@ -248,8 +248,7 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     others = [t for part in ("rl", "validation") for t in tasks_file(run.dir("split") / f"{part}.jsonl")]
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
                                            seed=run.args.seed, with_mistakes=run.args.mistake_chats,
-                                           swaps=run.args.swap_chats,
-                                           avoid={" ".join(t.query.lower().split()) for t in others})  # fmt: skip
+                                           swaps=run.args.swap_chats, others=others)  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip

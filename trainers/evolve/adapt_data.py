@@ -26,7 +26,7 @@ from typing import Any
 from langgraph_evolver.reference_scoring import expected_answer
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["PARTS", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes", "recovery_chat",
+__all__ = ["PARTS", "family", "final_answer", "first_call_chat", "folded", "mistake_chat", "mistakes", "recovery_chat",
            "reference_chat", "signature", "split_tasks", "supervised_examples", "swap_values", "swapped_tasks",
            "train_lora"]  # fmt: skip
 
@@ -36,10 +36,15 @@ Example = tuple[list[int], list[int]]
 """Token ids and their labels (-100 where no loss)."""
 
 
+def folded(query: str) -> str:
+    """A request with case and spacing folded: two requests that fold alike are the same request."""
+    return " ".join(query.lower().split())
+
+
 def signature(task: Task) -> str:
     """What makes two synthesized tasks the same task: the query (case and spacing folded) and the calls."""
     calls = [(c.name, c.arguments) for c in task.reference_solution or ()]
-    text = json.dumps([" ".join(task.query.lower().split()), calls], sort_keys=True, default=str)
+    text = json.dumps([folded(task.query), calls], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -228,12 +233,17 @@ def swap_values(tasks: Sequence[Task]) -> dict[tuple[str, str], list[str]]:
     return values
 
 
+def _whole(value: str) -> re.Pattern[str]:
+    """``value`` as a whole word: not inside a longer word or id ("M1" is not in "M12")."""
+    return re.compile(rf"(?<!\w){re.escape(value)}(?!\w)")
+
+
 def _quoted_once(value: str, query: str) -> bool:
     """``value`` stands in ``query`` once, as a whole word, and not as an id the explorer labelled ("B102 (Beloved)":
     swapping the id alone would leave the label naming another record)."""
     if len(value.strip()) < 2:
         return False
-    found = list(re.finditer(rf"(?<!\w){re.escape(value)}(?!\w)", query))
+    found = list(_whole(value).finditer(query))
     return len(found) == 1 and not query[found[0].end() :].startswith(" (")
 
 
@@ -245,7 +255,7 @@ def swapped_tasks(task: Task, values: dict[tuple[str, str], list[str]], rng: ran
     find_member("Ben Osei"). The first call is where a small model goes wrong (an adapted library model opened 69
     of 88 held-out episodes with ``search_books``, member names included); the rest of a swapped task's calls
     depend on results nobody replayed, so only the first is taught. A request already in ``avoid`` (folded
-    queries of the synthesized tasks) is not made again."""
+    requests of the synthesized tasks) is not made again."""
     reference = task.reference_solution or ()
     args = reference[0].arguments if reference else None
     if not isinstance(args, dict) or n <= 0:
@@ -254,19 +264,18 @@ def swapped_tasks(task: Task, values: dict[tuple[str, str], list[str]], rng: ran
                  for k, v in args.items() if isinstance(v, str) and _quoted_once(v, task.query)}  # fmt: skip
     swappable = {k: others for k, others in swappable.items() if others}
     out: list[Task] = []
-    seen = set(avoid) | {" ".join(task.query.lower().split())}
+    seen = set(avoid) | {folded(task.query)}
     for i in range(n * 3):  # a few draws more than wanted: some repeat
         if len(out) == n or not swappable:
             break
         chosen = {k: rng.choice(others) for k, others in swappable.items()}
         query = task.query
         for k, new in chosen.items():
-            found = re.search(rf"(?<!\w){re.escape(args[k])}(?!\w)", query)
+            found = _whole(args[k]).search(query)
             query = query[: found.start()] + new + query[found.end() :] if found else query
-        folded = " ".join(query.lower().split())
-        if folded in seen:
+        if folded(query) in seen:
             continue
-        seen.add(folded)
+        seen.add(folded(query))
         call = ToolCall(name=reference[0].name, arguments={**args, **chosen})
         out.append(Task(id=f"{task.id}-swap{i}", query=query, env=task.env, env_params=task.env_params,
                         reference_solution=(call,)))  # fmt: skip
@@ -294,7 +303,7 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
                         env_factory: Callable[[Task], Any], *, max_length: int = 2048, seed: int = 0,
-                        with_mistakes: bool = False, swaps: int = 0, avoid: set[str] | frozenset[str] = frozenset()
+                        with_mistakes: bool = False, swaps: int = 0, others: Sequence[Task] = ()
                         ) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``,
     ``recovery``, ``mistake``, ``swap``, ``skipped``).
@@ -304,8 +313,8 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     ``with_mistakes`` every task taught by its reference is also taught once as the way back from a mistake
     (``mistake_chat``, drawn with ``seed``; counted in ``mistake``). With ``swaps`` it is also taught up to that
     many times as its first call with the request's values swapped (``swapped_tasks`` over the values the sft
-    references took; ``avoid``: folded requests not to make, the other parts'; counted in ``swap``). A reference
-    that no longer replays (the tool raised) is skipped, not taught.
+    references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``).
+    A reference that no longer replays (the tool raised) is skipped, not taught.
     """
     from trainers.tiny import encode_example
 
@@ -317,7 +326,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     examples: list[tuple[list[int], list[int]]] = []
     counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "swap": 0, "skipped": 0}
     values = swap_values(tasks) if swaps else {}
-    avoid = set(avoid) | {" ".join(t.query.lower().split()) for t in tasks}
+    avoid = {folded(t.query) for t in [*tasks, *others]}
     for task in tasks:
         own = _own_examples(solved[task.id]) if task.id in solved else []
         if own:  # what the model really said; no environment needed
@@ -330,7 +339,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
                 chats = [("reference", reference_chat(env, task)), ("recovery", recovery_chat(env, task)),
                          ("mistake", mistake_chat(env, task, rng) if with_mistakes else None)]  # fmt: skip
                 made = swapped_tasks(task, values, rng, swaps, avoid)
-                avoid |= {" ".join(t.query.lower().split()) for t in made}
+                avoid |= {folded(t.query) for t in made}
                 chats += [("swap", first_call_chat(env, t)) for t in made]
             finally:
                 getattr(env, "close", lambda: None)()
