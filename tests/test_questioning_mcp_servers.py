@@ -11,6 +11,7 @@ initial state; a tool no result can open must be named, with what was missing.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -278,6 +279,34 @@ def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
     assert "doctor D1 (Dr Ana Ruiz)" in query and "date 2026-12-01" in query and "find_slots" not in query
 
 
+def test_a_share_of_requests_leave_their_values_bare_as_people_write_them():
+    """Requests quote their texts and names or leave them bare, by the seed: an adapter taught only on quoted
+    values copied a written request's bare word with the space before it (" Budget")."""
+    from langgraph_evolver.questioning.wording import QUOTED, clause, describe_with_descriptions, shown_value
+    from langgraph_evolver.types import ToolObservation
+
+    add = ToolCall(name="add_sheet", arguments={"name": "Travel", "headers": ["Date", "Cost"]})
+    described = "Create an empty sheet with these column headers."
+    assert (
+        clause(add, described, {})
+        == "create an empty sheet with these column headers with name 'Travel' and headers ['Date', 'Cost']"
+    )
+    assert clause(add, described, {}, quote=False) == (
+        "create an empty sheet with these column headers with name Travel and headers Date, Cost"
+    )
+    assert shown_value("book_id", "B1", {"B1": "Beloved"}, quote=False) == "B1 (Beloved)"  # ids read alike
+    assert shown_value("book_id", "B1", {}, {"B1": "Beloved"}, quote=False) == "Beloved"  # a record by its name
+    seen = ToolObservation(call_id="1", name="add_sheet", content='{"ok": true}')
+    queries = [describe_with_descriptions([(add, seen)], {"add_sheet": described}, {}, seed=s) for s in range(40)]
+    bare = sum("name Travel" in q for q in queries)
+    assert sum("name 'Travel'" in q for q in queries) + bare == 40 and 0.25 < bare / 40 < 0.75, queries
+    assert QUOTED == 0.5 and all(
+        describe_with_descriptions([(add, seen)], {"add_sheet": described}, {}, seed=s, quoted=1.0).count("'Travel'")
+        == 1
+        for s in range(5)
+    )
+
+
 # -- the state a task is checked on ----------------------------------------------------------------------------
 
 
@@ -430,8 +459,11 @@ def test_a_table_s_rows_are_records_asked_for_by_their_label():
     assert set(labels) == {"Rent", "Groceries", "Stapler", "Paper A4"}, facts  # Inventory goes by its Name column
     rent = labels["Rent"]
     assert rent.reference == (calls[0],) and rent.resolves == [] and "Rent" in rent.query
-    assert rent.query.endswith(" Read sheet 'Budget', cells 'A1:D3'.")  # the read the request's answer is in
-    assert "sheet 'Inventory'" in labels["Stapler"].query
+    # the read the request's answer is in, its values quoted or bare (a share of requests each, by the seed)
+    assert rent.query.endswith((" Read sheet 'Budget', cells 'A1:D3'.", " Read sheet Budget, cells A1:D3."))
+    assert re.search(r"sheet '?Inventory'?, cells '?A1:D3'?\.$", labels["Stapler"].query), labels["Stapler"].query
+    bare = {table_facts(pairs, lambda n: False, seed=s)[0].query.endswith("cells A1:D3.") for s in range(8)}
+    assert bare == {True, False}  # both forms are made
     assert (rent.field.split(" of ")[0], rent.answer) in {("Category", "housing"), ("Amount", "1200"), ("Paid", "yes")}
     assert labels["Stapler"].answer in {"SKU-11", "14", "Shelf A"}
     assert table_rows([[1, 2], [3, 4]]) == table_rows([["a", "b"], [1]]) == table_rows([["a", "b"]]) == []

@@ -29,7 +29,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import tool_entity
-from .wording import NAME_KEYS, Owned, _shown, arg_noun, id_argument, id_values
+from .wording import NAME_KEYS, QUOTED, Owned, arg_noun, id_argument, id_values, shown_value
 
 __all__ = ["FACT_KEY", "Fact", "fact_questions", "table_facts", "table_rows"]
 
@@ -176,7 +176,7 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
         key = _label_column(rows) if rows else None
         if key is None:
             continue
-        where = _where(call)
+        where = _where(call, quote=random.Random(f"quote-{seed}-{call.arguments}").random() < QUOTED)
         for row in rows:
             label = row[key].strip()
             fields = sorted(_fields(row, label))
@@ -188,10 +188,12 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
     return out
 
 
-def _where(call: ToolCall) -> str:
+def _where(call: ToolCall, *, quote: bool = True) -> str:
     """Where a table read looks, said in the request ("Read sheet 'Inventory', cells 'A1:D3'."): a request whose
     reference takes values it never names teaches a model to make them up (an adapted sheets model opened 38 of
     88 held-out episodes with the one read four table facts had taught, whatever sheet the request named)."""
     args = call.arguments if isinstance(call.arguments, dict) else {}
-    shown = [f"{arg_noun(k)} {_shown(k, v, {})}" for k, v in args.items() if v not in ("", None, [], {})]
+    shown = [
+        f"{arg_noun(k)} {shown_value(k, v, {}, quote=quote)}" for k, v in args.items() if v not in ("", None, [], {})
+    ]
     return f"Read {', '.join(shown)}." if shown else ""
