@@ -331,3 +331,18 @@ def test_a_task_s_first_call_is_also_taught_with_the_request_s_values_swapped():
     examples, counts = supervised_examples(tasks, [], tokenizer, environment_factory(SEARCH), swaps=1)
     assert counts["swap"] == 4 and counts["reference"] == 5  # a, b, c by name, e by id; d labelled
     assert len(examples) == counts["reference"] + counts["recovery"] + counts["swap"]
+
+    def refusing_swaps(task: Task):  # a server that will not start a swapped request: the references still teach
+        env = environment_factory(SEARCH)(task)
+        reset = env.reset
+
+        def checked(t: Task):
+            if "-swap" in t.id:
+                raise RuntimeError("no such request")
+            return reset(t)
+
+        env.reset = checked
+        return env
+
+    _, refused = supervised_examples(tasks, [], tokenizer, refusing_swaps, swaps=1)
+    assert (refused["reference"], refused["swap"], refused["skipped"]) == (5, 0, 4)

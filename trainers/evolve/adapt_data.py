@@ -314,7 +314,8 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     (``mistake_chat``, drawn with ``seed``; counted in ``mistake``). With ``swaps`` it is also taught up to that
     many times as its first call with the request's values swapped (``swapped_tasks`` over the values the sft
     references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``).
-    A reference that no longer replays (the tool raised) is skipped, not taught.
+    A reference that no longer replays (the tool raised) is skipped, not taught; so is a swap chat whose request
+    does not render, alone (each counted in ``skipped``).
     """
     from trainers.tiny import encode_example
 
@@ -340,7 +341,11 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
                          ("mistake", mistake_chat(env, task, rng) if with_mistakes else None)]  # fmt: skip
                 made = swapped_tasks(task, values, rng, swaps, avoid)
                 avoid |= {folded(t.query) for t in made}
-                chats += [("swap", first_call_chat(env, t)) for t in made]
+                for swapped in made:  # one that fails to render costs itself only, not the task's reference
+                    try:
+                        chats.append(("swap", first_call_chat(env, swapped)))
+                    except Exception:  # noqa: BLE001 - counted
+                        counts["skipped"] += 1
             finally:
                 getattr(env, "close", lambda: None)()
         except Exception:  # noqa: BLE001 - a reference that fails to replay teaches nothing; counted
