@@ -27,29 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.adapt_diagnose import answered_after_error, first_call_right  # noqa: E402
 from langgraph_evolver.types import write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, supervise_phase, tasks_file  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
-
-
-def answered_after_error(trajectories: list) -> float:
-    """The share of episodes whose last tool result was an error and that then ended with an answer."""
-    ended = 0
-    for t in trajectories:
-        observations = [o for step in t.steps for o in step.observations]
-        ended += bool(observations and observations[-1].is_error and t.finish_reason == "final_answer")
-    return round(ended / max(len(trajectories), 1), 3)
-
-
-def first_call_right(trajectories: list) -> float:
-    """The share of episodes whose first call names the tool the task's reference begins with."""
-    right = 0
-    for t in trajectories:
-        calls = [c for step in t.steps for c in step.action.tool_calls]
-        reference = t.task.reference_solution or ()
-        right += bool(calls and reference and calls[0].name == reference[0].name)
-    return round(right / max(len(trajectories), 1), 3)
 
 
 def main(argv: list[str] | None = None) -> dict:

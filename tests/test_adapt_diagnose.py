@@ -1,0 +1,33 @@
+"""`benchmarks/adapt_diagnose.py`: where an adapt run's episodes go wrong, read from its recorded rollouts."""
+
+from __future__ import annotations
+
+import json
+
+from langgraph_evolver.types import Trajectory, write_jsonl
+
+
+def test_adapt_diagnose_reads_first_calls_copies_and_spaces(tmp_path, capsys):
+    """``benchmarks/adapt_diagnose.py`` explains a run's figure from its recorded episodes: the first call's
+    tool against the reference's, whether its text values came from the request, and values copied with a space."""
+    from benchmarks.adapt_diagnose import main
+    from langgraph_evolver.types import Action, Step, Task, ToolCall
+
+    def episode(query: str, *calls: ToolCall, reward: float) -> Trajectory:
+        task = Task(id=query, query=query, env="x", reference_solution=(ToolCall(name="get_cell", arguments={}),))
+        steps = [Step(index=i, action=Action(tool_calls=(c,))) for i, c in enumerate(calls)]
+        return Trajectory(id=f"{query}/{len(calls)}", task=task, steps=steps, reward=reward)
+
+    heldout = tmp_path / "run" / "7-heldout"
+    heldout.mkdir(parents=True)
+    asked = "What is in C4 of the Budget sheet?"
+    write_jsonl(heldout / "after.jsonl", [
+        episode(asked, ToolCall(name="get_cell", arguments={"sheet": "Budget"}), reward=1),
+        episode(asked, ToolCall(name="get_cell", arguments={"sheet": "Inventory"}),
+                ToolCall(name="get_cell", arguments={"sheet": " Budget"}), reward=0),
+        episode("Delete row 6.", ToolCall(name="delete_row", arguments={"row": 6}), reward=0)])  # fmt: skip
+    figures = main([str(tmp_path / "run")])["files"]["run/7-heldout/after.jsonl"]
+    assert figures["first_call_right"] == round(2 / 3, 3) and figures["reward"] == round(1 / 3, 3)
+    assert figures["copied"] == 0.5 and figures["spaced"] == round(1 / 3, 3)  # Budget copied, Inventory not
+    assert figures["first_tools"] == {"get_cell -> get_cell": 2, "get_cell -> delete_row": 1}
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["files"].keys() == {"run/7-heldout/after.jsonl"}
