@@ -136,8 +136,8 @@ def shown_value(arg: str, value: Any, records: Mapping[Any, str], names: Mapping
         name = names[text]
         return name.phrase if isinstance(name, Owned) else f"'{name}'" if quote else str(name)
     if arg == "id" or arg.endswith(_ID_SUFFIXES) or re.fullmatch(r"[A-Z]*-?\d[\w-]*|\d+(?:\.\d+)?", text):
-        name = records.get(text)
-        return f"{text} ({name})" if name and name != text else text
+        label = records.get(text)
+        return f"{text} ({label})" if label and label != text else text
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list) and not quote and value and all(isinstance(v, str | int | float) for v in value):
@@ -250,8 +250,11 @@ def record_labels(observations: Sequence[ToolObservation]) -> list[str]:
     are one record): its name, else its owner's. Two equal labels: two records answer to that name."""
     out = []
     for record in _records(observations):
-        if id_values(record) and ((name := _name(record)) or (key := _owner(record))):
-            out.append(name or record[key].strip())
+        if not id_values(record):
+            continue
+        name, key = _name(record), _owner(record)
+        if name or key is not None:
+            out.append(name or record[str(key)].strip())
     return out
 
 
