@@ -25,15 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from langgraph_evolver.reference_scoring import folded  # noqa: E402
 from langgraph_evolver.types import Trajectory, read_jsonl  # noqa: E402
 
 
 def _calls(t: Trajectory) -> list:
     return [c for step in t.steps for c in step.action.tool_calls]
-
-
-def _folded(text: str) -> str:
-    return " ".join(str(text).lower().split())
 
 
 def answered_after_error(trajectories: Sequence[Trajectory]) -> float:
@@ -61,7 +58,7 @@ def diagnose(trajectories: Sequence[Trajectory], *, top: int = 6) -> dict:
     for t in trajectories:
         calls, reference = _calls(t), t.task.reference_solution or ()
         pairs[f"{reference[0].name if reference else None} -> {calls[0].name if calls else None}"] += 1
-        request = _folded(t.task.query)
+        request = folded(t.task.query)
         for i, call in enumerate(calls):
             for value in (call.arguments if isinstance(call.arguments, dict) else {}).values():
                 if not isinstance(value, str) or not value.strip():
@@ -70,7 +67,7 @@ def diagnose(trajectories: Sequence[Trajectory], *, top: int = 6) -> dict:
                 spaced += value != value.strip()
                 if i == 0:
                     texts += 1
-                    copied += _folded(value) in request
+                    copied += folded(value) in request
     n = max(len(trajectories), 1)
     return {
         "episodes": len(trajectories),

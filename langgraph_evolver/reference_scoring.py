@@ -40,6 +40,7 @@ __all__ = [
     "calls_match_share",
     "expected_answer",
     "expected_values",
+    "folded",
     "normalized_arguments",
     "state_fingerprint",
 ]
@@ -56,7 +57,8 @@ _MAX_VALUE_CHARS = 200
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:/+-]*[A-Za-z0-9]|[0-9]")
 
 
-def _plain(text: str) -> str:
+def folded(text: str) -> str:
+    """``text`` with case and spacing folded: two texts that fold alike say the same (a request, a value)."""
     return " ".join(text.lower().split())
 
 
@@ -91,10 +93,10 @@ def expected_values(query: str, reference: Sequence[ToolCall], observations: Seq
     """The values the reference's reads returned that answer ``query``: from the last observation that has any
     (the last read answers the question; earlier ones found the ids it needed), leaving out what the question
     or the reference's arguments already name. Empty when the reads gave nothing to check an answer by."""
-    given = [_plain(query), *(_plain(str(v)) for c in reference for v in _leaves(c.arguments))]
+    given = [folded(query), *(folded(str(v)) for c in reference for v in _leaves(c.arguments))]
 
     def named(value: str) -> bool:
-        plain = _plain(value)
+        plain = folded(value)
         return any(plain == g or holds_token(g, plain) for g in given)
 
     for observation in reversed(observations):
@@ -132,7 +134,7 @@ def normalized_arguments(arguments: Any) -> str:
             return value
         if isinstance(value, int | float):
             return float(value)
-        return _plain(str(value))
+        return folded(str(value))
 
     return json.dumps(norm(arguments), sort_keys=True)
 

@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_evolver.reference_scoring import expected_answer
+from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["PARTS", "family", "final_answer", "first_call_chat", "folded", "mistake_chat", "mistakes", "recovery_chat",
+__all__ = ["PARTS", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes", "recovery_chat",
            "reference_chat", "signature", "split_tasks", "supervised_examples", "swap_values", "swapped_tasks",
            "train_lora"]  # fmt: skip
 
@@ -34,11 +34,6 @@ PARTS = ("sft", "rl", "validation")
 
 Example = tuple[list[int], list[int]]
 """Token ids and their labels (-100 where no loss)."""
-
-
-def folded(query: str) -> str:
-    """A request with case and spacing folded: two requests that fold alike are the same request."""
-    return " ".join(query.lower().split())
 
 
 def signature(task: Task) -> str:
