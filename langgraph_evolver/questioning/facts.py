@@ -29,7 +29,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import tool_entity
-from .wording import NAME_KEYS, QUOTED, Owned, arg_noun, id_argument, id_values, shown_value
+from .wording import NAME_KEYS, Owned, arg_noun, id_argument, id_values, quotes, shown_value
 
 __all__ = ["FACT_KEY", "Fact", "fact_questions", "table_facts", "table_rows"]
 
@@ -176,7 +176,7 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
         key = _label_column(rows) if rows else None
         if key is None:
             continue
-        where = _where(call, quote=random.Random(f"quote-{seed}-{call.arguments}").random() < QUOTED)
+        where = _where(call, quote=quotes(f"{seed}-{call.arguments}"))
         for row in rows:
             label = row[key].strip()
             fields = sorted(_fields(row, label))

@@ -54,6 +54,7 @@ __all__ = [
     "describe_with_descriptions",
     "id_argument",
     "id_values",
+    "quotes",
     "record_ids",
     "record_labels",
     "record_names",
@@ -90,12 +91,18 @@ _ARTICLES = r"(?:an?|the|one|some|any|several|a few|a given|given|its|their|his|
 _QUESTION_VERBS = frozenset({"get", "gets", "return", "returns", "fetch", "fetches", "show", "shows", "give", "gives"})
 _OPENINGS = ("", "Please ", "Could you ", "I need you to ")
 _JOINERS = (", then ", "; after that, ", " and then ", ". Next, ")
+_IMPERATIVE = READ_VERBS | WRITE_VERBS | {"look", "tell", "list", "find", "search", "count", "check"}
 QUOTED = 0.5
 """The share of synthesized requests that quote their values (``describe_with_descriptions``). People rarely
 quote ("What is in cell C4 of the Budget sheet?"): an adapter taught only on quoted values copied the bare word
 of a written request with the space before it (`` Budget``: 16 of 211 texts in a sheets run's held-out calls,
 none in its quoted validation)."""
-_IMPERATIVE = READ_VERBS | WRITE_VERBS | {"look", "tell", "list", "find", "search", "count", "check"}
+
+
+def quotes(key: object, share: float = QUOTED) -> bool:
+    """Whether the request drawn by ``key`` (its seed) quotes its values, for a ``share`` of keys: a draw of its
+    own, so the wording's other draws from the same seed stay as they were."""
+    return random.Random(f"quote-{key}").random() < share
 
 
 def _first_clause(description: str) -> str:
@@ -305,7 +312,7 @@ def describe_with_descriptions(
     ``names`` by their name alone). A share ``quoted`` of requests (drawn with ``seed``) quote their texts and
     names ("with sheet 'Budget'"), the others leave them bare ("with sheet Budget"), as people write them."""
     rng = random.Random(seed)
-    quote = random.Random(f"quote-{seed}").random() < quoted  # its own draw: the wording's other draws stay
+    quote = quotes(seed, quoted)
     clauses = [clause(call, descriptions.get(call.name, ""), records, names, quote=quote) for call, _ in pairs]
     opening = rng.choice(_OPENINGS)
     joiners = [j for j in _JOINERS if not (opening == "Could you " and j.startswith("."))]
