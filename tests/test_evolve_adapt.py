@@ -86,7 +86,7 @@ def test_tasks_that_are_only_lookups_are_not_one_family():
 
 
 def _argv(out: Path, heldout: Path, *extra: str) -> list[str]:
-    return ["adapt", "--env", ROOMS, "--model_path", str(ROOT / "checkpoints" / "tiny-policy"), "--minutes", "8",
+    return ["adapt", "--env", ROOMS, "--model_path", str(ROOT / "checkpoints" / "tiny-policy"), "--minutes", "30",
             "--output_dir", str(out), "--heldout", str(heldout), "--tasks", "6", "--max_explorations", "2",
             "--n_depth", "8", "--k", "1", "--num_generations", "2", "--batch_size", "4", "--grpo_steps", "1",
             "--sft_steps", "2", "--max_turns", "3", "--no_progress", *extra]  # fmt: skip
@@ -123,6 +123,8 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     assert 0.0 <= line["heldout_before"] <= 1.0 and 0.0 <= line["heldout_after"] <= 1.0
     assert line["lower_bound"] <= line["paired_gain"] + 1e-9
     assert line["heldout_tasks"] == 2 and isinstance(line["wall_s"], float) and line["phases_s"] > line["wall_s"]
+    held_s = json.loads((out / "7-heldout" / "done.json").read_text())["phase_s"]
+    assert line["adapt_s"] == pytest.approx(line["phases_s"] - held_s, abs=0.2) and line["minutes"] == 30
     assert isinstance(line["tasks_synthesized"], int) and line["tasks_synthesized"] >= 3
     assert line["sft_examples"] >= 1 and line["grpo_steps"] == 1 and isinstance(line["promoted"], bool)
     assert sum(line["split"].values()) == line["tasks_synthesized"]
@@ -217,7 +219,94 @@ def test_the_help_says_how_the_budget_is_split(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["adapt", "--help"])
     assert exit_.value.code == 0
-    assert "split as synthesize 20%, rollouts 5%, supervise 20%, grpo 40%" in " ".join(capsys.readouterr().out.split())
+    said = " ".join(capsys.readouterr().out.split())
+    assert "synthesize 20%, supervise 20% at most" in said and "GRPO the rest less the gate's predicted time" in said
+
+
+def _budget_run(tmp_path: Path, *, minutes: float, rollouts: int, validation: int, phase_s: dict[str, float]):
+    """A ``Run`` over a directory whose phases are done with these ``phase_s`` (no server, no model)."""
+    from trainers.evolve.adapt import Run, make_parser
+
+    run = Run(make_parser().parse_args(["--env", ROOMS, "--minutes", str(minutes), "--output_dir", str(tmp_path)]))
+    for name, seconds in phase_s.items():
+        run.dir(name).mkdir(parents=True, exist_ok=True)
+        extra = {"rollouts": rollouts} if name == "rollouts" else {}
+        (run.dir(name) / "done.json").write_text(json.dumps({**extra, "phase_s": seconds}))
+    run.dir("split").mkdir(parents=True, exist_ok=True)
+    tasks = [_task(f"v{i}", f"validate {i}", "a", x=i) for i in range(validation)]
+    (run.dir("split") / "validation.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    return run
+
+
+def test_grpo_gets_the_minutes_left_once_the_gates_predicted_time_is_set_aside(tmp_path):
+    """sheets run 3 took 86 minutes on --minutes 60: its gate alone took 19 (3 x 84 episodes) against a 6-minute
+    share. Now the gate is predicted from the rollouts phase's seconds per episode and GRPO gets the rest."""
+    from trainers.evolve.adapt import EPISODE_S
+
+    done = {"synthesize": 100.0, "split": 0.0, "rollouts": 80.0, "supervise": 120.0}
+    run = _budget_run(tmp_path / "a", minutes=10, rollouts=16, validation=3, phase_s=done)
+    assert run.spent_s() == 300.0
+    assert run.gate_s(candidates=2) == 5.0 * 3 * 4 * 3  # 5 s an episode, 3 tasks, k 4, the start and 2 adapters
+    assert run.budget_s("grpo") == 600 - 300 - 180
+    assert run.budget_s("supervise") == 120.0 and run.budget_s("gate") is None
+    (run.dir("heldout")).mkdir()
+    (run.dir("heldout") / "done.json").write_text(json.dumps({"phase_s": 999.0}))  # the yardstick comes on top
+    assert run.spent_s() == 300.0
+    none_measured = _budget_run(tmp_path / "b", minutes=10, rollouts=0, validation=2, phase_s=done)
+    assert none_measured.gate_s(candidates=1) == EPISODE_S * 2 * 4 * 2
+
+
+def test_with_no_time_left_grpo_is_skipped_and_the_gate_weighs_the_supervised_adapter_alone(tmp_path):
+    from langgraph_evolver.types import Trajectory
+    from trainers.evolve import adapt
+    from trainers.evolve.adapt_grpo import MIN_GRPO_S, grpo_phase
+
+    done = {"synthesize": 300.0, "split": 0.0, "rollouts": 80.0, "supervise": 200.0}
+    run = _budget_run(tmp_path, minutes=10, rollouts=16, validation=3, phase_s=done)
+    assert run.budget_s("grpo") < MIN_GRPO_S
+    run.dir("grpo").mkdir()
+    result = grpo_phase(run, run.dir("grpo"), {})
+    assert result["adapter"] is None and result["grpo_steps"] == 0 and "raise --minutes" in result["skipped"]
+    assert not (run.dir("grpo") / "train").exists()  # no child was started
+    (run.dir("grpo") / "done.json").write_text(json.dumps(result))
+    ckpt = run.dir("grpo") / "train" / "checkpoint-2"  # an earlier run's checkpoint is kept, not retrained
+    ckpt.mkdir(parents=True)
+    (ckpt / "adapter_config.json").write_text("{}")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    assert grpo_phase(run, run.dir("grpo"), {})["adapter"] == str(ckpt)
+
+    served: list[object] = []
+
+    def rollouts(tasks, adapter, *, k, seed):
+        served.append(adapter)
+        return [Trajectory(id=f"{t.id}/{i}", task=t, reward=1.0 if adapter else 0.0, rollout_index=i)
+                for t in tasks for i in range(k)]  # fmt: skip
+
+    run.rollouts = rollouts  # type: ignore[method-assign]
+    run.dir("gate").mkdir()
+    gate = adapt._gate(run, run.dir("gate"))
+    assert served == [None, run.dir("supervise") / "adapter"] and gate["candidates"] == {"supervised": 1.0}
+    assert gate["chosen"] == "supervised" and gate["decision"]["promote"]
+
+
+@pytest.mark.parametrize("solved_at, expected", [(None, 16), (3, 20), (18, 16)])
+def test_own_rollouts_stop_after_a_probe_that_solves_nothing(tmp_path, solved_at, expected):
+    """The starting model solved 1 of 159 sft tasks in four runs: 16 unsolved ones end the phase."""
+    from langgraph_evolver.types import Trajectory
+    from trainers.evolve import adapt
+
+    run = _budget_run(tmp_path, minutes=10, rollouts=0, validation=1, phase_s={})
+    tasks = [_task(f"s{i}", f"sft {i}", "a", x=i) for i in range(20)]
+    (run.dir("split") / "sft.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+
+    def rollouts(chunk, adapter, *, k, seed):
+        return [Trajectory(id=t.id, task=t, reward=1.0 if t.id == f"s{solved_at}" else 0.0) for t in chunk]
+
+    run.rollouts = rollouts  # type: ignore[method-assign]
+    run.dir("rollouts").mkdir()
+    result = adapt._own_rollouts(run, run.dir("rollouts"))
+    assert result["rollouts"] == expected and result["probe_only"] == (expected == 16)
+    assert len((run.dir("rollouts") / "trajectories.jsonl").read_text().splitlines()) == expected
 
 
 SEARCH = f"mcp:{sys.executable} {ROOT / 'tests' / 'mcp_search_server.py'}"

@@ -8,11 +8,12 @@ ones and resumes a partly done GRPO from its last checkpoint):
 
 1. ``synthesize``: self-questioning explores the environment and keeps verified tasks (their references replay);
 2. ``split``: the tasks cut into sft / rl / validation parts, disjoint by task and by (query, calls) signature;
-3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on);
+3. ``rollouts``: the starting model tries the sft part once per task (its successes are what it supervises on;
+   it stops after ``PROBE`` tasks if it solved none);
 4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise
    (with ``--mistake_chats``, each task once more begun with a mistake and the server's error; with
    ``--swap_chats N``, 3 by default, up to N first calls with the request's values swapped);
-5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only;
+5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only, for the time ``--minutes`` leaves;
 6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
    seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
    solves few tasks can drift), gated against the starting model by the evolve loop's paired gate
@@ -20,10 +21,14 @@ ones and resumes a partly done GRPO from its last checkpoint):
 7. ``heldout`` (only with ``--heldout``): before and after on the user's tasks, paired and seeded. The file is
    opened in this phase and nowhere else: never trained on, never used to choose anything.
 
-``--minutes`` is split across the phases by ``SHARES``; then one JSON line (``heldout_before``,
-``heldout_after``, ``paired_gain``, ``lower_bound``, ``tasks_synthesized``, ``sft_examples``, ``grpo_steps``,
-``wall_s``, ...). ``--promote NAME --policy_base_url URL`` points NAME at the adapter when the gate passed, as
-the evolve loop promotes (``ProductionEndpoint.serve``). docs/your-domain.md has the figures.
+``--minutes`` bounds the phases before the held-out one (``adapt_s`` in the JSON line): synthesize and supervise
+stop at their ``SHARES``, the own rollouts stop after a probe that solves nothing (``PROBE``), and GRPO gets what
+is left once the gate's time, predicted from the seconds an episode took in the rollouts phase, is set aside
+(too little left: no GRPO, the supervised adapter is the candidate). The held-out evaluation is the user's
+yardstick and comes on top. Then one JSON line (``heldout_before``, ``heldout_after``, ``paired_gain``,
+``lower_bound``, ``tasks_synthesized``, ``sft_examples``, ``grpo_steps``, ``adapt_s``, ``wall_s``, ...).
+``--promote NAME --policy_base_url URL`` points NAME at the adapter when the gate passed, as the evolve loop
+promotes (``ProductionEndpoint.serve``). docs/your-domain.md has the figures.
 """
 
 from __future__ import annotations
@@ -43,9 +48,17 @@ from .adapt_grpo import grpo_phase
 __all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "supervise_phase", "tasks_file"]
 
 PHASES = ("synthesize", "split", "rollouts", "supervise", "grpo", "gate", "heldout")
-SHARES = {"synthesize": 0.2, "split": 0.0, "rollouts": 0.05, "supervise": 0.2, "grpo": 0.4, "gate": 0.1,
-          "heldout": 0.05}  # fmt: skip
-"""Shares of ``--minutes``: exploring and GRPO are the long ones; the evaluations are sized by their tasks."""
+SHARES = {"synthesize": 0.2, "supervise": 0.2}
+"""Shares of ``--minutes`` that stop these phases; GRPO gets the rest less the gate's predicted time
+(``Run.budget_s``), the rollouts and evaluations are sized by their tasks."""
+
+PROBE = 16
+"""The starting model's own rollouts stop after this many sft tasks when it solved none of them: four runs on
+the library and sheets servers solved 1 of 159 (260-293 s each), time the GRPO phase can use."""
+
+EPISODE_S = 7.0
+"""Seconds an evaluation episode is predicted to take when the rollouts phase measured none (SmolLM2-135M on 2
+cores: 6.2-7.3 s in the rollouts and gates of four runs)."""
 
 LORA = {"lora_r": 16, "lora_alpha": 32,
         "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -62,8 +75,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="your own tasks (JSONL: docs/mcp.md's format or Task rows), evaluated before and "
                    "after only (never trained on)")  # fmt: skip
     p.add_argument("--minutes", type=float, required=True,
-                   help=f"the time budget, split as {shares}: supervise and grpo stop at theirs, the others "
-                   "are sized by --tasks, --max_explorations and --k")  # fmt: skip
+                   help=f"the time budget of every phase but the held-out evaluation: {shares} at most, the "
+                   "rollouts sized by the sft tasks, GRPO the rest less the gate's predicted time (the gate's "
+                   "tasks times --k times the seconds an episode took in the rollouts phase)")  # fmt: skip
     p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
     p.add_argument("--model_path", default="checkpoints/smollm2-warm",
                    help="the starting model: a checkpoint, an adapter directory or a trainers.models name")  # fmt: skip
@@ -75,7 +89,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234, help="the paired sampling seed (and the split's)")
     p.add_argument("--num_generations", type=int, default=4, help="GRPO group size")
     p.add_argument("--batch_size", type=int, default=8, help="GRPO rollouts per step")
-    p.add_argument("--grpo_steps", type=int, default=200, help="most GRPO steps (the time share stops it earlier)")
+    p.add_argument("--grpo_steps", type=int, default=200, help="most GRPO steps (the time left stops it earlier)")
     p.add_argument("--grpo_lr", type=float, default=1e-4, help="GRPO's learning rate (constant)")
     p.add_argument("--sft_steps", type=int, default=None, help="most supervised steps (default: its time share)")
     p.add_argument("--mistake_chats", action="store_true",
@@ -104,8 +118,26 @@ class Run:
         self.server: Any = None
         self.names: dict[str, str] = {}
 
-    def budget_s(self, phase: str) -> float:
-        return self.args.minutes * 60 * SHARES[phase]
+    def budget_s(self, phase: str) -> float | None:
+        """Seconds ``phase`` may take: its share, for GRPO the time left once the gate's is set aside; None for
+        the phases sized by their tasks."""
+        if phase == "grpo":
+            return self.args.minutes * 60 - self.spent_s() - self.gate_s(candidates=2)
+        return self.args.minutes * 60 * SHARES[phase] if phase in SHARES else None
+
+    def spent_s(self) -> float:
+        """Seconds the done phases before the held-out one took (their ``done.json``: a resumed run counts what
+        its earlier runs finished, not the phase a kill interrupted)."""
+        markers = [self.dir(name) / "done.json" for name in PHASES if name != "heldout"]
+        return sum(float(json.loads(m.read_text()).get("phase_s", 0.0)) for m in markers if m.exists())
+
+    def gate_s(self, *, candidates: int) -> float:
+        """The gate's predicted seconds: the starting model and ``candidates`` adapters, ``--k`` episodes of each
+        validation task, at the seconds an episode took in the rollouts phase (``EPISODE_S`` if it ran none)."""
+        done = json.loads((self.dir("rollouts") / "done.json").read_text())
+        episode = done["phase_s"] / done["rollouts"] if done.get("rollouts") else EPISODE_S
+        validation = len(tasks_file(self.dir("split") / "validation.jsonl"))
+        return episode * validation * self.args.k * (1 + candidates)
 
     def dir(self, phase: str) -> Path:
         return self.out / f"{PHASES.index(phase) + 1}-{phase}"
@@ -118,7 +150,8 @@ class Run:
             print(f"adapt: {name}: done before, skipped ({marker})", file=sys.stderr)
             return json.loads(marker.read_text())
         d.mkdir(parents=True, exist_ok=True)
-        print(f"adapt: {name} (budget {self.budget_s(name) / 60:.1f} min) …", file=sys.stderr)
+        budget = self.budget_s(name)
+        print(f"adapt: {name}{f' (budget {budget / 60:.1f} min)' if budget is not None else ''} …", file=sys.stderr)
         t0 = time.perf_counter()
         result = {**fn(d), "phase_s": round(time.perf_counter() - t0, 1)}
         tmp = marker.with_suffix(".tmp")
@@ -227,9 +260,13 @@ def _own_rollouts(run: Run, d: Path) -> dict[str, Any]:
     from langgraph_evolver.types import write_jsonl
 
     tasks = tasks_file(run.dir("split") / "sft.jsonl")
-    trajectories = run.rollouts(tasks, None, k=1, seed=run.args.seed) if tasks else []
+    trajectories = run.rollouts(tasks[:PROBE], None, k=1, seed=run.args.seed) if tasks else []
+    probe_only = len(tasks) > PROBE and not any((t.reward or 0.0) >= 1.0 for t in trajectories)
+    if len(tasks) > PROBE and not probe_only:
+        trajectories += run.rollouts(tasks[PROBE:], None, k=1, seed=run.args.seed)
     write_jsonl(d / "trajectories.jsonl", trajectories)
-    return {"rollouts": len(trajectories), "solved": sum((t.reward or 0.0) >= 1.0 for t in trajectories)}
+    return {"rollouts": len(trajectories), "solved": sum((t.reward or 0.0) >= 1.0 for t in trajectories),
+            "probe_only": probe_only}  # fmt: skip
 
 
 def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
@@ -290,7 +327,10 @@ def _gate(run: Run, d: Path) -> dict[str, Any]:
     """Validation chooses the candidate, the supervised adapter on a tie (GRPO from an adapter that solves few
     tasks can drift), and gates it against the starting model."""
     tasks = tasks_file(run.dir("split") / "validation.jsonl")
-    return _evaluate(run, tasks, {"supervised": run.dir("supervise") / "adapter", "grpo": _grpo_adapter(run)}, d)
+    candidates = {"supervised": run.dir("supervise") / "adapter"}
+    if (grpo := _grpo_adapter(run)) is not None:  # None: no time was left for GRPO
+        candidates["grpo"] = grpo
+    return _evaluate(run, tasks, candidates, d)
 
 
 def _heldout(run: Run, d: Path) -> dict[str, Any]:
@@ -358,14 +398,19 @@ def adapt(args: argparse.Namespace) -> dict[str, Any]:
     return line
 
 
-def _grpo_adapter(run: Run) -> Path:
-    return Path(json.loads((run.dir("grpo") / "done.json").read_text())["adapter"])
+def _grpo_adapter(run: Run) -> Path | None:
+    adapter = json.loads((run.dir("grpo") / "done.json").read_text())["adapter"]
+    return Path(adapter) if adapter else None
 
 
 def _chosen(run: Run) -> tuple[str, Path]:
     """The adapter the gate chose on validation, by name (a gate done before the choice existed: the GRPO one)."""
     gate = json.loads((run.dir("gate") / "done.json").read_text())
-    return (gate["chosen"], Path(gate["adapter"])) if "adapter" in gate else ("grpo", _grpo_adapter(run))
+    if "adapter" in gate:
+        return gate["chosen"], Path(gate["adapter"])
+    grpo = _grpo_adapter(run)
+    assert grpo is not None, "a gate from before the choice existed had a GRPO adapter"
+    return "grpo", grpo
 
 
 def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -395,6 +440,8 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "adapter": str(_chosen(run)[1]),
         "wall_s": round(time.perf_counter() - run.started, 1),
         "phases_s": round(sum(r.get("phase_s", 0.0) for r in results.values()), 1),
+        "adapt_s": round(sum(r.get("phase_s", 0.0) for name, r in results.items() if name != "heldout"), 1),
+        "minutes": run.args.minutes,
     }
 
 

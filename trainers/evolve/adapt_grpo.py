@@ -1,9 +1,11 @@
 """The GRPO phase of ``trainers.evolve adapt``: ``trainers.grpo`` from the supervised adapter on the rl part.
 
 A child process, as the evolve loop trains (``train.py``): its config is written beside it, it checkpoints
-every step, and a rerun after a kill resumes from the newest complete checkpoint. The phase's time share
-ends it with SIGTERM, which ``trainers.grpo`` answers by finishing the step, saving its checkpoint and
-stopping: the adapter is then ``final/`` when it ran all its steps, else that newest checkpoint.
+every step, and a rerun after a kill resumes from the newest complete checkpoint. The time left before the gate
+(``Run.budget_s``) ends it with SIGTERM, which ``trainers.grpo`` answers by finishing the step, saving its
+checkpoint and stopping: the adapter is then ``final/`` when it ran all its steps, else that newest checkpoint.
+With less than ``MIN_GRPO_S`` left the phase does not start (``adapter`` None: the gate weighs the supervised
+adapter alone), or keeps the checkpoint an earlier run left.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 
 from langgraph_evolver.errors import EvolverError
 
-__all__ = ["grpo_phase", "newest_adapter"]
+__all__ = ["MIN_GRPO_S", "grpo_phase", "newest_adapter"]
+
+MIN_GRPO_S = 180.0
+"""Less GRPO time than this (a child's start and two steps on 2 cores) and the phase does not start."""
 
 
 def newest_adapter(train_dir: Path) -> tuple[Path, int | None] | None:
@@ -61,6 +66,16 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
 
     a = run.args
     train_dir = d / "train"
+    budget = run.budget_s("grpo")
+    if budget < MIN_GRPO_S:
+        found = newest_adapter(train_dir)
+        why = (f"{max(budget, 0.0) / 60:.1f} min left of --minutes {a.minutes:g} once the gate's predicted time is "
+               f"set aside (under {MIN_GRPO_S / 60:.0f}): raise --minutes for GRPO")  # fmt: skip
+        print(f"adapt: grpo: skipped, {why}", file=sys.stderr)
+        if found is None:
+            return {"adapter": None, "grpo_steps": 0, "skipped": why}
+        return {"adapter": str(found[0]), "grpo_steps": a.grpo_steps if found[1] is None else found[1],
+                "skipped": why}  # fmt: skip
     init = run.dir("supervise") / "adapter"
     store = _store(run.dir("split") / "rl.jsonl", d / "rl.sqlite")
     config = {**run.train_keys(), **lora, "output_dir": str(train_dir), "max_steps": a.grpo_steps,
@@ -79,11 +94,12 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
     if resumed:
         cmd += ["--resume_from_checkpoint", "true"]
     log = d / "train.log"
-    print(f"adapt: grpo: up to {a.grpo_steps} steps{' (resuming)' if resumed else ''} (log {log})", file=sys.stderr)
+    print(f"adapt: grpo: up to {a.grpo_steps} steps in {budget / 60:.1f} min{' (resuming)' if resumed else ''} "
+          f"(log {log})", file=sys.stderr)  # fmt: skip
     with log.open("a") as handle, tqdm(total=a.grpo_steps, desc="adapt: grpo", unit="step",
                                         disable=a.no_progress) as bar:  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + run.budget_s("grpo")
+        deadline = time.monotonic() + budget
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
             if (done := _steps_logged(train_dir)) > bar.n:  # a bar redrawn only on a step (a log line per second)
