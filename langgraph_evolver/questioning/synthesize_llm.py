@@ -163,14 +163,8 @@ class LLMSynthesizer(LLMRole):
         return f"LLMSynthesizer(name={self.name!r}, n_tasks={self.n_tasks})"
 
     def render_prompt(self, trajectory: Trajectory) -> str:
-        shown = []
-        for step in trajectory.steps:
-            results = {o.call_id: o for o in step.observations}
-            for call in step.action.tool_calls:
-                obs = results.get(call.id) if call.id else None
-                obs = obs or next((o for o in step.observations if o.name == call.name), None)
-                if obs is not None and not obs.is_error:
-                    shown.append(f"- {render_call(call)} -> {trim(obs.content, self.max_observation_chars)}")
+        shown = [f"- {render_call(call)} -> {trim(obs.content, self.max_observation_chars)}"
+                 for call, obs in trajectory.tool_results() if not obs.is_error]  # fmt: skip
         calls = "\n".join(shown[-self.max_calls_shown :]) or "(no call succeeded)"
         return self.prompt.format(calls=calls, n_tasks=self.n_tasks, min_ops=self.min_ops, max_ops=self.max_ops,
                                   max_entities=self.max_entities)  # fmt: skip
