@@ -6,7 +6,9 @@ the run's supervised adapter, on the run's validation part, paired and seeded.
         -- --mistake_chats   # adapt flags for B; ~30 min
 
 The run's synthesize, split and rollouts phases are copied into ``--out`` and its supervise phase is redone
-there with the same budget (``--minutes``, adapt's share) and seed and the adapt flags after ``--``; then both
+there with the same budget (``--minutes``, adapt's share) and seed and the adapt flags after ``--`` (with
+``--more_sft N``, B also supervises the first N tasks of the run's rl part, as a larger sft share of ``--split``
+would give it; the validation part is the run's, disjoint from both by the split); then both
 supervised adapters (A: the run's, B: the new one) play the validation tasks, ``--k`` samples each with the
 same seeds (rollouts in ``a.jsonl`` and ``b.jsonl``), and the gate's paired bootstrap bounds B - A. Validation
 only: the held-out tasks are not read. Ends with one JSON line: ``a``, ``b``, ``paired_gain``, ``lower_bound``,
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--minutes", type=float, default=60, help="the run's --minutes (sizes the supervise phase)")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
+    p.add_argument("--more_sft", type=int, default=0, help="B also supervises the run's first N rl tasks")
     p.add_argument("adapt_flags", nargs=argparse.REMAINDER, help="after --: adapt flags for B (e.g. --mistake_chats)")
     args = p.parse_args(argv)
     started = time.perf_counter()
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     for phase in ("1-synthesize", "2-split", "3-rollouts"):
         if not (out / phase).exists():
             shutil.copytree(src / phase, out / phase)
+    if args.more_sft and not (out / "2-split" / "more_sft").exists():
+        _move_rl_to_sft(out / "2-split", args.more_sft)
     adapt_args = ["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
                   "--minutes", str(args.minutes), "--seed", str(args.seed), "--no_progress",
                   *[f for f in args.adapt_flags if f != "--"]]  # fmt: skip
@@ -80,6 +85,15 @@ def main(argv: list[str] | None = None) -> dict:
     }  # fmt: skip
     print(json.dumps(line))
     return line
+
+
+def _move_rl_to_sft(split: Path, n: int) -> None:
+    """The first ``n`` rl tasks appended to the sft part (once: a ``more_sft`` marker records it)."""
+    rl = (split / "rl.jsonl").read_text().splitlines(keepends=True)
+    with (split / "sft.jsonl").open("a") as sft:
+        sft.writelines(rl[:n])
+    (split / "rl.jsonl").write_text("".join(rl[n:]))
+    (split / "more_sft").write_text(f"{min(n, len(rl))}\n")
 
 
 if __name__ == "__main__":

@@ -31,3 +31,19 @@ def test_adapt_diagnose_reads_first_calls_copies_and_spaces(tmp_path, capsys):
     assert figures["copied"] == 0.5 and figures["spaced"] == round(1 / 3, 3)  # Budget copied, Inventory not
     assert figures["first_tools"] == {"get_cell -> get_cell": 2, "get_cell -> delete_row": 1}
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["files"].keys() == {"run/7-heldout/after.jsonl"}
+
+
+def test_the_supervise_ab_moves_rl_tasks_into_sft(tmp_path):
+    """``adapt_supervise_ab.py --more_sft N`` emulates a larger sft share: the run's first N rl tasks join sft,
+    validation is untouched, and a marker (which `main` checks) keeps a rerun from moving N more."""
+    from benchmarks.adapt_supervise_ab import _move_rl_to_sft
+
+    split = tmp_path / "2-split"
+    split.mkdir()
+    (split / "sft.jsonl").write_text('{"id": "s1"}\n')
+    (split / "rl.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(5)))
+    _move_rl_to_sft(split, 3)
+    ids = {part: [json.loads(x)["id"] for x in (split / f"{part}.jsonl").read_text().splitlines()]
+           for part in ("sft", "rl")}  # fmt: skip
+    assert ids == {"sft": ["s1", "r0", "r1", "r2"], "rl": ["r3", "r4"]}
+    assert (split / "more_sft").read_text() == "3\n"
