@@ -118,12 +118,12 @@ class Run:
         self.server: Any = None
         self.names: dict[str, str] = {}
 
-    def budget_s(self, phase: str) -> float | None:
-        """Seconds ``phase`` may take: its share, for GRPO the time left once the gate's is set aside; None for
-        the phases sized by their tasks."""
+    def budget_s(self, phase: str) -> float:
+        """Seconds ``phase`` may take: its share (``SHARES``), for GRPO the time left once the gate's is set aside.
+        The other phases are sized by their tasks."""
         if phase == "grpo":
             return self.args.minutes * 60 - self.spent_s() - self.gate_s(candidates=2)
-        return self.args.minutes * 60 * SHARES[phase] if phase in SHARES else None
+        return self.args.minutes * 60 * SHARES[phase]
 
     def spent_s(self) -> float:
         """Seconds the done phases before the held-out one took (their ``done.json``: a resumed run counts what
@@ -150,8 +150,8 @@ class Run:
             print(f"adapt: {name}: done before, skipped ({marker})", file=sys.stderr)
             return json.loads(marker.read_text())
         d.mkdir(parents=True, exist_ok=True)
-        budget = self.budget_s(name)
-        print(f"adapt: {name}{f' (budget {budget / 60:.1f} min)' if budget is not None else ''} …", file=sys.stderr)
+        budget = f" (budget {self.budget_s(name) / 60:.1f} min)" if name in SHARES or name == "grpo" else ""
+        print(f"adapt: {name}{budget} …", file=sys.stderr)
         t0 = time.perf_counter()
         result = {**fn(d), "phase_s": round(time.perf_counter() - t0, 1)}
         tmp = marker.with_suffix(".tmp")

@@ -371,10 +371,10 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     from trainers.tiny import padded_batches, supervised_step
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     config = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=0.0,
                         target_modules=lora["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
-    model = get_peft_model(model, config)
+    model = get_peft_model(base, config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batches = padded_batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
     params = [p for p in model.parameters() if p.requires_grad]
