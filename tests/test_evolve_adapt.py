@@ -244,7 +244,7 @@ def test_grpo_gets_the_minutes_left_once_the_gates_predicted_time_is_set_aside(t
     from trainers.evolve.adapt import EPISODE_S
 
     done = {"synthesize": 100.0, "split": 0.0, "rollouts": 80.0, "supervise": 120.0}
-    run = _budget_run(tmp_path / "a", minutes=10, rollouts=16, validation=3, phase_s=done)
+    run = _budget_run(tmp_path / "a", minutes=10, rollouts=16, validation=3, phase_s=done)  # a done.json of before
     assert run.spent_s() == 300.0
     assert run.gate_s(candidates=2) == 5.0 * 3 * 4 * 3  # 5 s an episode, 3 tasks, k 4, the start and 2 adapters
     assert run.budget_s("grpo") == 600 - 300 - 180
@@ -252,6 +252,8 @@ def test_grpo_gets_the_minutes_left_once_the_gates_predicted_time_is_set_aside(t
     (run.dir("heldout")).mkdir()
     (run.dir("heldout") / "done.json").write_text(json.dumps({"phase_s": 999.0}))  # the yardstick comes on top
     assert run.spent_s() == 300.0
+    (run.dir("rollouts") / "done.json").write_text(json.dumps({"rollouts": 16, "phase_s": 80.0, "episode_s": 4.0}))
+    assert run.gate_s(candidates=2) == 4.0 * 3 * 4 * 3  # timed without the server's start
     none_measured = _budget_run(tmp_path / "b", minutes=10, rollouts=0, validation=2, phase_s=done)
     assert none_measured.gate_s(candidates=1) == EPISODE_S * 2 * 4 * 2
 
@@ -303,9 +305,11 @@ def test_own_rollouts_stop_after_a_probe_that_solves_nothing(tmp_path, solved_at
         return [Trajectory(id=t.id, task=t, reward=1.0 if t.id == f"s{solved_at}" else 0.0) for t in chunk]
 
     run.rollouts = rollouts  # type: ignore[method-assign]
+    run.model = lambda adapter: "policy"  # type: ignore[method-assign]
     run.dir("rollouts").mkdir()
     result = adapt._own_rollouts(run, run.dir("rollouts"))
     assert result["rollouts"] == expected and result["probe_only"] == (expected == 16)
+    assert isinstance(result["episode_s"], float)  # what the gate's time is predicted from
     assert len((run.dir("rollouts") / "trajectories.jsonl").read_text().splitlines()) == expected
 
 

@@ -133,9 +133,11 @@ class Run:
 
     def gate_s(self, *, candidates: int) -> float:
         """The gate's predicted seconds: the starting model and ``candidates`` adapters, ``--k`` episodes of each
-        validation task, at the seconds an episode took in the rollouts phase (``EPISODE_S`` if it ran none)."""
+        validation task, at the seconds an episode of the starting model took in the rollouts phase (``EPISODE_S``
+        if it ran none). An upper estimate where the adapters answer sooner: sheets runs 2-3 took 3.7 and 4.6 s an
+        episode in their gates, 6.2-6.7 in their rollouts (library run 6: 7.3 and 6.9)."""
         done = json.loads((self.dir("rollouts") / "done.json").read_text())
-        episode = done["phase_s"] / done["rollouts"] if done.get("rollouts") else EPISODE_S
+        episode = done.get("episode_s") or (done["phase_s"] / done["rollouts"] if done.get("rollouts") else EPISODE_S)
         validation = len(tasks_file(self.dir("split") / "validation.jsonl"))
         return episode * validation * self.args.k * (1 + candidates)
 
@@ -260,13 +262,19 @@ def _own_rollouts(run: Run, d: Path) -> dict[str, Any]:
     from langgraph_evolver.types import write_jsonl
 
     tasks = tasks_file(run.dir("split") / "sft.jsonl")
-    trajectories = run.rollouts(tasks[:PROBE], None, k=1, seed=run.args.seed) if tasks else []
+    if not tasks:
+        write_jsonl(d / "trajectories.jsonl", [])
+        return {"rollouts": 0, "solved": 0, "probe_only": False}
+    run.model(None)  # the server's start is not an episode's time
+    started = time.perf_counter()
+    trajectories = run.rollouts(tasks[:PROBE], None, k=1, seed=run.args.seed)
     probe_only = len(tasks) > PROBE and not any((t.reward or 0.0) >= 1.0 for t in trajectories)
     if len(tasks) > PROBE and not probe_only:
         trajectories += run.rollouts(tasks[PROBE:], None, k=1, seed=run.args.seed)
     write_jsonl(d / "trajectories.jsonl", trajectories)
     return {"rollouts": len(trajectories), "solved": sum((t.reward or 0.0) >= 1.0 for t in trajectories),
-            "probe_only": probe_only}  # fmt: skip
+            "probe_only": probe_only,
+            "episode_s": round((time.perf_counter() - started) / len(trajectories), 2)}  # fmt: skip
 
 
 def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
