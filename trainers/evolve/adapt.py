@@ -58,7 +58,7 @@ the library and sheets servers solved 1 of 159 (260-293 s each), time the GRPO p
 
 EPISODE_S = 7.0
 """Seconds an evaluation episode is predicted to take when the rollouts phase measured none (SmolLM2-135M on 2
-cores: 6.2-7.3 s in the rollouts and gates of four runs)."""
+cores: 6.2-7.3 s in the rollouts phases of four runs, 3.7-7.3 s in their gates)."""
 
 LORA = {"lora_r": 16, "lora_alpha": 32,
         "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
