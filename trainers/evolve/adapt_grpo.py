@@ -77,11 +77,17 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
         return {"adapter": str(found[0]), "grpo_steps": a.grpo_steps if found[1] is None else found[1],
                 "skipped": why}  # fmt: skip
     init = run.dir("supervise") / "adapter"
-    store = _store(run.dir("split") / "rl.jsonl", d / "rl.sqlite")
+    rl = run.dir("split") / "rl.jsonl"
+    store = _store(rl, d / "rl.sqlite")
+    tasks = sum(1 for line in rl.read_text().splitlines() if line.strip())
+    batch = min(a.batch_size, max(tasks, 1) * a.num_generations)  # one step's tasks at most the rl part's
+    if batch < a.batch_size:
+        print(f"adapt: grpo: {batch} rollouts a step, not --batch_size {a.batch_size}: the rl part has {tasks} "
+              f"task(s) for groups of {a.num_generations}", file=sys.stderr)  # fmt: skip
     config = {**run.train_keys(), **lora, "output_dir": str(train_dir), "max_steps": a.grpo_steps,
               "use_peft": True, "sync_mode": "lora", "init_adapter": str(init), "task_store": str(store),
               "synthetic_ratio": 1.0, "num_generations": a.num_generations,
-              "per_device_train_batch_size": a.batch_size, "gradient_accumulation_steps": 1,
+              "per_device_train_batch_size": batch, "gradient_accumulation_steps": 1,
               "max_tokens_per_microbatch": 2048,  # a 49k-token vocabulary's logits are the memory peak
               "learning_rate": a.grpo_lr, "lr_scheduler_type": "constant", "beta": 0.0, "loss_type": "dapo",
               "eval_before": False, "eval_after": False, "save_strategy": "steps", "save_steps": 1,
