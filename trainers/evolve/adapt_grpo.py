@@ -72,10 +72,7 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
         why = (f"{max(budget, 0.0) / 60:.1f} min left of --minutes {a.minutes:g} once the gate's predicted time is "
                f"set aside (under {MIN_GRPO_S / 60:.0f}): raise --minutes for GRPO")  # fmt: skip
         print(f"adapt: grpo: skipped, {why}", file=sys.stderr)
-        if found is None:
-            return {"adapter": None, "grpo_steps": 0, "skipped": why}
-        return {"adapter": str(found[0]), "grpo_steps": a.grpo_steps if found[1] is None else found[1],
-                "skipped": why}  # fmt: skip
+        return {**(_trained(found, a.grpo_steps) if found else {"adapter": None, "grpo_steps": 0}), "skipped": why}
     init = run.dir("supervise") / "adapter"
     rl = run.dir("split") / "rl.jsonl"
     store = _store(rl, d / "rl.sqlite")
@@ -122,7 +119,10 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
         tail = log.read_text(errors="replace")[-1500:]
         raise EvolverError(f"GRPO ended (code {proc.returncode}) before its first checkpoint: give it more "
                            f"--minutes or a smaller --batch_size (log {log}); its last lines:\n{tail}")  # fmt: skip
-    adapter, steps = found
-    steps = a.grpo_steps if steps is None else steps
-    return {"adapter": str(adapter), "grpo_steps": steps, "exit_code": proc.returncode, "resumed": resumed,
-            "log": str(log)}  # fmt: skip
+    return {**_trained(found, a.grpo_steps), "exit_code": proc.returncode, "resumed": resumed, "log": str(log)}
+
+
+def _trained(found: tuple[Path, int | None], max_steps: int) -> dict[str, Any]:
+    """``newest_adapter``'s answer as the phase reports it: the adapter and its steps (``final/``: all of them)."""
+    adapter, step = found
+    return {"adapter": str(adapter), "grpo_steps": max_steps if step is None else step}
