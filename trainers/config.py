@@ -335,6 +335,9 @@ class EvolverGRPOConfig(GRPOConfig):
     policy_server_max_batch_size: int = field(
         default=64, metadata={"help": "Sequences the local policy server decodes together."}
     )
+    policy_server_strict_tools: bool = field(
+        default=False, metadata={"help": "Strict tool calls on the local server (`--strict-tools`, docs)."}
+    )
     sync_mode: str = field(
         default="lora",
         metadata={

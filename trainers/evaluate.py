@@ -311,6 +311,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--server_threads", type=int, default=None,
                    help="torch threads of the local server (1 for paired figures: one float rounding)")  # fmt: skip
+    p.add_argument(
+        "--strict_tools",
+        action="store_true",
+        help="the local server holds tool calls to the tools: names, argument keys, required arguments",
+    )
     p.add_argument("--output_dir", default="runs/evaluate")
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--verbose", action="store_true",
@@ -480,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 log_path=out / "policy_server.log",
                 allowed_weight_dirs=[out, *([args.adapter] if args.adapter else [])],
                 threads=args.server_threads,
+                extra_args=["--strict-tools"] * args.strict_tools,
             )
             out.mkdir(parents=True, exist_ok=True)
             print(f"starting the policy server on {args.model_path} …", file=sys.stderr)

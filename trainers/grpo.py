@@ -270,8 +270,8 @@ def _start_policy(cfg: Any, model_path: Path, out: Path, state: Any) -> tuple[An
                                      allowed_weight_dirs=[out, *([cfg.init_adapter] if cfg.init_adapter else [])],
                                      threads=cfg.policy_server_threads, dtype=cfg.policy_server_dtype,
                                      max_batch_size=cfg.policy_server_max_batch_size,
-                                     extra_args=["--allow-template-without-tools"]
-                                     * cfg.allow_template_without_tools)  # fmt: skip
+                                     extra_args=["--allow-template-without-tools"] * cfg.allow_template_without_tools
+                                     + ["--strict-tools"] * cfg.policy_server_strict_tools)  # fmt: skip
         print(f"starting the policy server on {model_path} …", file=sys.stderr)
         try:
             server.start()

@@ -101,6 +101,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--swap_chats", type=int, default=3,
                    help="also supervise up to N copies of each sft task's first call with the request's values "
                    "swapped for others the same argument took (0: off; docs/your-domain.md has the A/B)")  # fmt: skip
+    p.add_argument("--strict_tools", action=argparse.BooleanOptionalAction, default=False,
+                   help="the policy server holds tool calls to the server's tools (names, argument keys, required "
+                   "arguments) in every phase: docs/your-domain.md has the A/B")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
@@ -169,7 +172,7 @@ class Run:
         a = self.args
         return {"model_name_or_path": a.model_path, "env_id": a.env, "agent": a.agent, "max_turns": a.max_turns,
                 "max_completion_length": a.max_completion_length, "temperature": 1.0, "rollout_concurrency": 16,
-                "level_weights": "", "report_to": []}  # fmt: skip
+                "level_weights": "", "report_to": [], "policy_server_strict_tools": a.strict_tools}  # fmt: skip
 
     def model(self, adapter: Path | None) -> str:
         """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once)."""
@@ -181,7 +184,8 @@ class Run:
 
         if self.server is None:
             self.server = PolicyServerProcess(resolve_model(self.args.model_path), log_path=self.out / "server.log",
-                                              allowed_weight_dirs=[self.out], threads=SERVER_THREADS)  # fmt: skip
+                                              allowed_weight_dirs=[self.out], threads=SERVER_THREADS,
+                                              extra_args=["--strict-tools"] * self.args.strict_tools)  # fmt: skip
             self.server.start()
         if adapter is None:
             return self.server.model_name

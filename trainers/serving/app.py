@@ -109,6 +109,7 @@ from .protocol import (
 )
 from .sampling import SamplingParams
 from .scheduler import BatchScheduler, prometheus_metrics
+from .strict_tools import ToolGrammar
 from .tool_choice import ForcedToolCall, ToolChoice, force_tool_call, resolve_tool_choice
 
 __all__ = ["create_app"]
@@ -177,6 +178,7 @@ def create_app(
     allow_runtime_updates: bool = True,
     allowed_weight_dirs: Sequence[str | Path] | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    strict_tools: bool = False,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
@@ -194,7 +196,8 @@ def create_app(
     ``engine.prefix_cache.stats`` the prefill tokens saved); the worker stops when the app shuts down.
     A chat template that drops the tools it is given is refused (``TemplateDropsTools``) unless
     ``allow_template_without_tools``, which logs a warning instead. ``dtype`` is ``PolicyEngine``'s (fp32 here,
-    ``auto`` on the command line).
+    ``auto`` on the command line). ``strict_tools`` holds every request's tool calls to its tools' names and
+    argument keys (``strict_tools``); without it, only requests with a ``"strict": true`` function are held.
     """
     import torch
 
@@ -358,6 +361,7 @@ def create_app(
             stop_token_ids=tuple(body.stop_token_ids or ()),
             ignore_eos=body.ignore_eos,
             skip_special_tokens=body.skip_special_tokens,
+            tool_grammar=_tool_grammar(body, choice, forced, strict_tools),
         )
         future = scheduler.submit(prompt_ids, [params] * body.n, model=model)
         completions = await _result_unless_disconnected(future, request)
@@ -480,6 +484,18 @@ def _check_fits_untokenized(engine: PolicyEngine, prompt: str, token_bytes: int)
             f"token of this model spells more than {token_bytes}); it was refused without tokenizing. Please "
             "reduce the length of the input messages."
         )
+
+
+def _tool_grammar(
+    body: ChatCompletionRequest, choice: ToolChoice, forced: ForcedToolCall | None, strict_all: bool
+) -> ToolGrammar | None:
+    """The request's tools held strictly (``--strict-tools``, or a function sent with ``"strict": true``)."""
+    if not body.tools or choice.mode == "none":
+        return None
+    tools = [t.model_dump(exclude_none=True) for t in body.tools]
+    if not strict_all and not any(t["function"].get("strict") is True for t in tools):
+        return None
+    return ToolGrammar.from_tools(tools, prefix=forced.text if forced is not None else "")
 
 
 def _prompt_ids(

@@ -79,6 +79,12 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve a chat template that drops the tools it is given (warns); by default the server refuses it",
     )
+    p.add_argument(
+        "--strict-tools",
+        action="store_true",
+        help="hold every request's tool calls to its tools: names, argument keys, required arguments "
+        '(without it, only functions sent with "strict": true are held)',
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     limits = p.add_argument_group("limits", "what one request may cost before it is refused")
     limits.add_argument(
@@ -146,6 +152,7 @@ def _create(args: argparse.Namespace) -> Any:
         allow_runtime_updates=args.allow_runtime_updates,
         allowed_weight_dirs=split_dirs(args.allowed_weight_dirs),
         max_request_bytes=args.max_request_bytes,
+        strict_tools=args.strict_tools,
     )
 
 

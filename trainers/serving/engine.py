@@ -25,6 +25,7 @@ from .forward import LeanDecoder
 from .kv import GrowableLayer, new_batch_cache, row_kv, stack_prefixes
 from .precision import BF16_CPU_FLAGS, bf16_cpu_flags, resolve_dtype
 from .sampling import Completion, SamplingParams, sample
+from .strict_tools import TokenTexts, advance, constrain_logits, start_scanner
 from .weights import activate_adapter, delete_adapter, directory_stamp, load_adapter, load_base_weights
 
 __all__ = ["PolicyEngine"]
@@ -56,6 +57,8 @@ class _Row:
     stop_reason: int | str | None = None
     cached_tokens: int = 0
     version: str = ""
+    scanner: Any = None
+    """Where the completion stands in a tool call (``strict_tools.CallScanner``; None: unconstrained)."""
 
     def completion(self) -> Completion:
         return Completion(
@@ -161,6 +164,7 @@ class PolicyEngine:
         self.lean_decoder = LeanDecoder(self.model) if lean_decode and LeanDecoder.supports(self.model) else None
         """Decode steps without transformers' wrappers (``forward.LeanDecoder``); None: the model's forward."""
         self.prefill_stats = PrefillStats()
+        self._token_texts: TokenTexts | None = None
 
     # -- models and adapters ---------------------------------------------------------------
     def model_names(self) -> list[str]:
@@ -262,7 +266,10 @@ class PolicyEngine:
         generator = None
         if params.seed is not None and params.temperature > 0:
             generator = torch.Generator().manual_seed((params.seed * 1_000_003 + index) % (1 << 63))
-        return _Row(request=None, prompt_ids=list(prompt_ids), params=params, generator=generator)
+        row = _Row(request=None, prompt_ids=list(prompt_ids), params=params, generator=generator)
+        if params.tool_grammar is not None:
+            row.scanner = start_scanner(params.tool_grammar)
+        return row
 
     def prefill(self, rows: list[_Row], model: str) -> tuple[_Batch | None, list[_Row]]:
         """Run the prompts of ``rows`` and sample their first token.
@@ -378,12 +385,20 @@ class PolicyEngine:
     # -- sampling ------------------------------------------------------------------------------
     def _advance(self, batch: _Batch, logits: torch.Tensor) -> tuple[_Batch | None, list[_Row]]:
         rows = batch.rows
-        tokens, chosen, top = self._sample(logits.float(), rows)
+        logits = logits.float()
+        strict = [i for i, r in enumerate(rows) if r.scanner is not None]
+        if strict:
+            texts = self._texts()
+            for i in strict:
+                constrain_logits(logits[i], rows[i].scanner, texts)
+        tokens, chosen, top = self._sample(logits, rows)
         keep: list[int] = []
         finished: list[_Row] = []
         for i, (r, tid, logprob) in enumerate(zip(rows, tokens.tolist(), chosen.tolist(), strict=True)):
             r.token_ids.append(tid)
             r.logprobs.append(logprob)
+            if r.scanner is not None:
+                r.scanner = advance(r.scanner, self._texts()(tid))
             if top is not None and r.params.top_logprobs:
                 ids, vals = top
                 k = r.params.top_logprobs
@@ -402,6 +417,11 @@ class PolicyEngine:
                 sequence = r.prompt_ids + r.token_ids[:-1]
                 self.prefix_cache.insert(batch.model, sequence, row_kv(batch.cache, batch.mask, index[id(r)]))
         return self.select(batch, keep), finished
+
+    def _texts(self) -> TokenTexts:
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self.tokenizer, int(self.config.vocab_size), self.eos_token_ids)
+        return self._token_texts
 
     def _sample(
         self, logits: torch.Tensor, rows: list[_Row]

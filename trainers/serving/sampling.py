@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -45,6 +45,8 @@ class SamplingParams:
     """Keep generating past EOS (benchmarks)."""
     skip_special_tokens: bool = True
     """How stop strings see the text (same as the response's decoding)."""
+    tool_grammar: Any = None
+    """Strict tool calls (``strict_tools.ToolGrammar``): names and argument keys held to the request's tools."""
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:

@@ -1,0 +1,97 @@
+"""A/B of strict tool calls (``--strict-tools``: names, argument keys and required arguments held to the server's
+tools) on a finished ``trainers.evolve adapt`` run: its starting model and its chosen adapter played again with
+the same seeds by a strict policy server, paired with the run's own (unconstrained) evaluations.
+
+    python benchmarks/strict_tools_ab.py --run runs/r58/adapt-sheets --out runs/r58/ab-strict \\
+        --env "mcp:python examples/mcp_servers/sheets.py" --model_path checkpoints/smollm2-warm-doc \\
+        [--heldout examples/mcp_servers/sheets_tasks.jsonl]
+
+The validation part decides (the run's ``6-gate``); ``--heldout`` only reports: the run's ``7-heldout`` files are
+the loose side. Ends with one JSON line per part: each side's avg@k, the strict - loose paired gains (starting
+model and adapter) with the gate's 90% bounds, the strict run's own before -> after gain and bound, and the share of
+calls refused for their schema (an unknown tool or argument, a missing required one) on each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from langgraph_evolver.types import Trajectory, read_jsonl, write_jsonl  # noqa: E402
+from trainers.evaluate import summarize  # noqa: E402
+from trainers.evolve.adapt import Run, make_parser, tasks_file  # noqa: E402
+from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
+
+SCHEMA_ERRORS = ("unknown tool", "unknown argument", "Field required")
+"""What the MCP servers' errors say when a call does not fit a tool's schema (``env_tools.mcp``)."""
+
+
+def schema_error_share(trajectories: list[Trajectory]) -> float:
+    """The share of tool calls whose observation is a schema error."""
+    calls = [o for t in trajectories for s in t.steps for o in s.observations]
+    bad = [o for o in calls if o.is_error and any(e in o.content for e in SCHEMA_ERRORS)]
+    return round(len(bad) / len(calls), 3) if calls else 0.0
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="a finished adapt run's --output_dir (its gate done)")
+    p.add_argument("--out", required=True, help="where the strict evaluations go")
+    p.add_argument("--env", required=True, help="the run's --env")
+    p.add_argument("--model_path", required=True, help="the run's --model_path")
+    p.add_argument("--heldout", default=None, help="the run's --heldout (reported, never chosen on)")
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    src, out = Path(args.run), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gate = json.loads((src / "6-gate" / "done.json").read_text())
+    adapter = out / "adapter"
+    if not adapter.exists():  # the policy server loads weights from under --out only
+        shutil.copytree(gate["adapter"], adapter)
+    run = Run(make_parser().parse_args(["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
+                                        "--minutes", "60", "--seed", str(args.seed), "--strict_tools",
+                                        "--no_progress"]))  # fmt: skip
+    parts = {"validation": (tasks_file(src / "2-split" / "validation.jsonl"), src / "6-gate")}
+    if args.heldout:
+        from env_tools.mcp_tasks import load_task_file
+
+        parts["heldout"] = (load_task_file(Path(args.heldout), env=args.env), src / "7-heldout")
+    lines = {}
+    try:
+        for part, (tasks, loose_dir) in parts.items():
+            line: dict = {"part": part, "tasks": len(tasks), "k": args.k, "chosen": gate.get("chosen")}
+            played = {}
+            for side, weights in (("before", None), ("after", adapter)):
+                path = out / f"{part}-{side}.jsonl"
+                if not path.exists():
+                    write_jsonl(path, run.rollouts(tasks, weights, k=args.k, seed=args.seed))
+                played[side] = list(read_jsonl(path, Trajectory))
+                loose = list(read_jsonl(loose_dir / f"{side}.jsonl", Trajectory))
+                decision = decide_paired(sample_rewards(played[side]), sample_rewards(loose), seed=args.seed)
+                line[side] = {"loose": summarize(loose, args.k)["all"][f"avg@{args.k}"],
+                              "strict": summarize(played[side], args.k)["all"][f"avg@{args.k}"],
+                              "gain": decision.paired_gain, "lower_bound": decision.lower_bound,
+                              "schema_errors": {"loose": schema_error_share(loose),
+                                                "strict": schema_error_share(played[side])}}  # fmt: skip
+            own = decide_paired(sample_rewards(played["after"]), sample_rewards(played["before"]), seed=args.seed)
+            line["strict_gain"] = {"gain": own.paired_gain, "lower_bound": own.lower_bound}
+            print(json.dumps(line), flush=True)
+            lines[part] = line
+    finally:
+        run.stop()
+    result = {**lines, "seconds": round(time.perf_counter() - started, 1)}
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
