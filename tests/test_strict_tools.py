@@ -163,3 +163,13 @@ def test_the_server_holds_a_strict_request_to_its_tools(tiny_policy_url: str) ->
     for name, arguments in held:
         assert name in names
         assert set(arguments) <= set(names[name]["properties"]) and set(names[name]["required"]) <= set(arguments)
+
+
+def test_adapt_passes_strict_tools_to_every_server(tmp_path) -> None:
+    from trainers.evolve.adapt import Run, make_parser
+    from trainers.evolve.evaluation import grpo_config
+
+    base = ["--env", "sandbox", "--minutes", "1", "--output_dir", str(tmp_path)]
+    assert not make_parser().parse_args(base).strict_tools
+    run = Run(make_parser().parse_args([*base, "--strict_tools"]))
+    assert grpo_config(run.train_keys(), tmp_path).policy_server_strict_tools  # the GRPO child's server
