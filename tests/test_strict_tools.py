@@ -170,6 +170,6 @@ def test_adapt_passes_strict_tools_to_every_server(tmp_path) -> None:
     from trainers.evolve.evaluation import grpo_config
 
     base = ["--env", "sandbox", "--minutes", "1", "--output_dir", str(tmp_path)]
-    assert not make_parser().parse_args(base).strict_tools
-    run = Run(make_parser().parse_args([*base, "--strict_tools"]))
+    assert not make_parser().parse_args([*base, "--no_strict_tools"]).strict_tools
+    run = Run(make_parser().parse_args(base))  # on by default
     assert grpo_config(run.train_keys(), tmp_path).policy_server_strict_tools  # the GRPO child's server
