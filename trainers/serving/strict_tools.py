@@ -78,7 +78,8 @@ class ToolGrammar:
             props = params.get("properties")
             open_ = not isinstance(props, Mapping) or params.get("additionalProperties") not in (None, False)
             required = tuple(str(r) for r in params.get("required") or () if isinstance(r, str))
-            out[str(fn["name"])] = ToolSchema(None if open_ else tuple(str(k) for k in props), required)
+            keys = tuple(str(k) for k in props) if isinstance(props, Mapping) and not open_ else None
+            out[str(fn["name"])] = ToolSchema(keys, required)
         return cls(tools=out, prefix=prefix)
 
 
