@@ -27,9 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from .token_texts import TokenTexts
 
 __all__ = [
     "CANDIDATES",
@@ -83,9 +85,20 @@ class ToolGrammar:
         return cls(tools=out, prefix=prefix)
 
 
-# Frame: (kind, role, tool, used keys, expect, last key). kind "obj" | "arr"; role "block" (the list of calls),
-# "call", "args" or "other"; expect "key" | "colon" | "value" | "comma" | "scalar".
-_Frame = tuple[str, str, str | None, frozenset[str], str, str | None]
+class _Frame(NamedTuple):
+    """One open JSON container of a call."""
+
+    kind: str
+    """"obj" or "arr"."""
+    role: str
+    """"block" (the list of calls), "call", "args" or "other"."""
+    tool: str | None
+    used: frozenset[str]
+    """The keys written so far."""
+    expect: str
+    """"key", "colon", "value", "comma" or "scalar"."""
+    key: str | None
+    """The last key written."""
 
 
 class Invalid(Exception):
@@ -182,12 +195,10 @@ class CallScanner:
         return None
 
     def _set_top(self, **changes: Any) -> None:
-        kind, role, tool, used, expect, key = self.stack[-1]
-        values = {"kind": kind, "role": role, "tool": tool, "used": used, "expect": expect, "key": key, **changes}
-        self.stack = (*self.stack[:-1], tuple(values[f] for f in ("kind", "role", "tool", "used", "expect", "key")))  # type: ignore[assignment]
+        self.stack = (*self.stack[:-1], self.stack[-1]._replace(**changes))
 
     def _push(self, kind: str, role: str, tool: str | None = None) -> None:
-        self.stack = (*self.stack, (kind, role, tool, frozenset(), "key" if kind == "obj" else "value", None))
+        self.stack = (*self.stack, _Frame(kind, role, tool, frozenset(), "key" if kind == "obj" else "value", None))
 
     def _close(self) -> None:
         frame = self.stack[-1]
@@ -339,34 +350,6 @@ class CallScanner:
                 raise Invalid(f"{self.buf!r} starts no allowed {role}")
 
 
-class TokenTexts:
-    """Each id's text (decoded alone, cached) and, built on first need, the ids by first character."""
-
-    def __init__(self, tokenizer: Any, vocab_size: int, eos: frozenset[int] = frozenset()) -> None:
-        self._tokenizer = tokenizer
-        self.eos = eos
-        self._size = vocab_size
-        self._text: dict[int, str] = {}
-        self._by_first: dict[str, list[int]] | None = None
-
-    def __call__(self, token_id: int) -> str:
-        text = self._text.get(token_id)
-        if text is None:
-            text = self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            self._text[token_id] = text
-        return text
-
-    def starting_with(self, chars: set[str]) -> list[int]:
-        if self._by_first is None:
-            by_first: dict[str, list[int]] = {}
-            for i in range(min(self._size, len(self._tokenizer))):
-                text = self(i)
-                if text:
-                    by_first.setdefault(text[0], []).append(i)
-            self._by_first = by_first
-        return [i for c in chars for i in self._by_first.get(c, ())]
-
-
 def _fits(scanner: CallScanner, texts: TokenTexts, token_id: int) -> bool:
     if token_id in texts.eos:  # the reply may end outside a call or after one, not inside
         return not scanner.active or scanner.closing
@@ -415,7 +398,4 @@ def advance(scanner: CallScanner, text: str) -> CallScanner:
     try:
         return scanner.fed(text)
     except Invalid:
-        quiet = scanner._copy()
-        quiet.active, quiet.closing, quiet.stack, quiet.string, quiet.buf, quiet.esc = False, False, (), None, "", False
-        quiet.tail = ""
-        return quiet
+        return CallScanner(scanner.grammar)  # outside any call, as at the start
