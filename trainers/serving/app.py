@@ -100,7 +100,6 @@ from .errors import GenerationError
 from .protocol import (
     ChatCompletionRequest,
     LoadAdapterRequest,
-    TokenText,
     UnloadAdapterRequest,
     UpdateWeightsRequest,
     build_choice,
@@ -229,7 +228,7 @@ def create_app(
             raise
         logger.warning("%s Serving it anyway (--allow-template-without-tools): tool calls will be guesses.", e)
     scheduler = BatchScheduler(engine, max_batch_size=max_batch_size)
-    token_text = TokenText(engine.tokenizer)
+    token_text = engine.token_texts
     token_bytes = longest_token_bytes(engine.tokenizer)
     auth = (401,) if api_key else ()
 

@@ -25,7 +25,8 @@ from .forward import LeanDecoder
 from .kv import GrowableLayer, new_batch_cache, row_kv, stack_prefixes
 from .precision import BF16_CPU_FLAGS, bf16_cpu_flags, resolve_dtype
 from .sampling import Completion, SamplingParams, sample
-from .strict_tools import TokenTexts, advance, constrain_logits, start_scanner
+from .strict_tools import advance, constrain_logits, start_scanner
+from .token_texts import TokenTexts
 from .weights import activate_adapter, delete_adapter, directory_stamp, load_adapter, load_base_weights
 
 __all__ = ["PolicyEngine"]
@@ -164,7 +165,8 @@ class PolicyEngine:
         self.lean_decoder = LeanDecoder(self.model) if lean_decode and LeanDecoder.supports(self.model) else None
         """Decode steps without transformers' wrappers (``forward.LeanDecoder``); None: the model's forward."""
         self.prefill_stats = PrefillStats()
-        self._token_texts: TokenTexts | None = None
+        self.token_texts = TokenTexts(self.tokenizer, int(self.config.vocab_size), self.eos_token_ids)
+        """Each id's text (the responses' logprob entries and strict tool calls read it)."""
 
     # -- models and adapters ---------------------------------------------------------------
     def model_names(self) -> list[str]:
@@ -388,7 +390,7 @@ class PolicyEngine:
         logits = logits.float()
         strict = [i for i, r in enumerate(rows) if r.scanner is not None]
         if strict:
-            texts = self._texts()
+            texts = self.token_texts
             for i in strict:
                 constrain_logits(logits[i], rows[i].scanner, texts)
         tokens, chosen, top = self._sample(logits, rows)
@@ -398,7 +400,7 @@ class PolicyEngine:
             r.token_ids.append(tid)
             r.logprobs.append(logprob)
             if r.scanner is not None:
-                r.scanner = advance(r.scanner, self._texts()(tid))
+                r.scanner = advance(r.scanner, self.token_texts(tid))
             if top is not None and r.params.top_logprobs:
                 ids, vals = top
                 k = r.params.top_logprobs
@@ -417,11 +419,6 @@ class PolicyEngine:
                 sequence = r.prompt_ids + r.token_ids[:-1]
                 self.prefix_cache.insert(batch.model, sequence, row_kv(batch.cache, batch.mask, index[id(r)]))
         return self.select(batch, keep), finished
-
-    def _texts(self) -> TokenTexts:
-        if self._token_texts is None:
-            self._token_texts = TokenTexts(self.tokenizer, int(self.config.vocab_size), self.eos_token_ids)
-        return self._token_texts
 
     def _sample(
         self, logits: torch.Tensor, rows: list[_Row]

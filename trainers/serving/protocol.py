@@ -10,11 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..chat_format import parse_tool_calls
 from .sampling import LOGPROB_FLOOR, Completion
+from .token_texts import TokenTexts
 
 __all__ = [
     "ChatCompletionRequest",
     "LoadAdapterRequest",
-    "TokenText",
     "UnloadAdapterRequest",
     "UpdateWeightsRequest",
     "build_choice",
@@ -180,24 +180,7 @@ class _AsciiJSONResponse(JSONResponse):
         return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
 
 
-class TokenText:
-    """Per-token strings and bytes for logprob entries (cached; the vocabulary is fixed)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
-        self._cache: dict[int, str] = {}
-
-    def __call__(self, token_id: int, as_id: bool = False) -> str:
-        if as_id:
-            return f"token_id:{token_id}"
-        text = self._cache.get(token_id)
-        if text is None:
-            text = self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            self._cache[token_id] = text
-        return text
-
-
-def _logprob_entry(token_text: TokenText, token_id: int, logprob: float, as_id: bool) -> dict[str, Any]:
+def _logprob_entry(token_text: TokenTexts, token_id: int, logprob: float, as_id: bool) -> dict[str, Any]:
     token = token_text(token_id, as_id)
     return {"token": token, "logprob": max(float(logprob), LOGPROB_FLOOR), "bytes": list(token.encode("utf-8"))}
 
@@ -212,7 +195,7 @@ def build_choice(
     parse_tools: bool = False,
     tokens_as_ids: bool = False,
     skip_special_tokens: bool = True,
-    token_text: TokenText | None = None,
+    token_text: TokenTexts | None = None,
     forced_text: str | None = None,
 ) -> dict[str, Any]:
     """One ``choices[i]`` entry of a chat completion, in vLLM's shape.
@@ -241,7 +224,7 @@ def build_choice(
             content, tool_calls, finish_reason = parsed.content, parsed.tool_calls, "tool_calls"
     logprobs_body = None
     if logprobs:
-        token_text = token_text or TokenText(tokenizer)
+        token_text = token_text or TokenTexts(tokenizer)
         entries = []
         for pos, (tid, lp) in enumerate(zip(ids, completion.logprobs, strict=True)):
             entry = _logprob_entry(token_text, tid, lp, tokens_as_ids)
