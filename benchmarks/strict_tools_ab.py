@@ -1,15 +1,18 @@
 """A/B of strict tool calls (``--strict-tools``: names, argument keys and required arguments held to the server's
-tools) on a finished ``trainers.evolve adapt`` run: its starting model and its chosen adapter played again with
-the same seeds by a strict policy server, paired with the run's own (unconstrained) evaluations.
+tools; since session 59 also ids copied from the conversation) on a finished ``trainers.evolve adapt`` run: its
+starting model and its chosen adapter played again with the same seeds by a policy server with this checkout's
+``--strict-tools``, paired with the run's own evaluations (loose before session 58, strict without copied ids in
+sessions 58-59).
 
     python benchmarks/strict_tools_ab.py --run runs/r58/adapt-sheets --out runs/r58/ab-strict \\
         --env "mcp:python examples/mcp_servers/sheets.py" --model_path checkpoints/smollm2-warm-doc \\
         [--heldout examples/mcp_servers/sheets_tasks.jsonl]
 
 The validation part decides (the run's ``6-gate``); ``--heldout`` only reports: the run's ``7-heldout`` files are
-the loose side. Ends with one JSON line per part: each side's avg@k, the strict - loose paired gains (starting
-model and adapter) with the gate's 90% bounds, the strict run's own before -> after gain and bound, and the share of
-calls refused for their schema (an unknown tool or argument, a missing required one) on each side.
+the ``run`` side. Ends with one JSON line per part: each side's avg@k, the replayed - run paired gains (starting
+model and adapter) with the gate's 90% bounds, the replay's own before -> after gain and bound, the share of calls
+refused for their schema (an unknown tool or argument, a missing required one) and the share of id values the
+conversation had not shown (``ungrounded_ids``) on each side.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from langgraph_evolver.types import Trajectory, read_jsonl, write_jsonl  # noqa:
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, tasks_file  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
+from trainers.serving.strict_tools import grounded_id  # noqa: E402
 
 SCHEMA_ERRORS = ("unknown tool", "unknown argument", "Field required")
 """What the MCP servers' errors say when a call does not fit a tool's schema (``env_tools.mcp``)."""
@@ -40,10 +44,25 @@ def schema_error_share(trajectories: list[Trajectory]) -> float:
     return round(len(bad) / len(calls), 3) if calls else 0.0
 
 
+def ungrounded_id_share(trajectories: list[Trajectory]) -> float:
+    """The share of id arguments (``strict_tools.grounded_id``) whose value the request and the results before the
+    call did not show."""
+    seen = shown = 0
+    for t in trajectories:
+        context = t.task.query
+        for step in t.steps:
+            for call in step.action.tool_calls:
+                values = [v for k, v in (call.arguments or {}).items() if grounded_id(k) and isinstance(v, str)]
+                seen += len(values)
+                shown += sum(v in context for v in values)
+            context += "".join("\n" + o.content for o in step.observations)
+    return round(1 - shown / seen, 3) if seen else 0.0
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a finished adapt run's --output_dir (its gate done)")
-    p.add_argument("--out", required=True, help="where the strict evaluations go")
+    p.add_argument("--out", required=True, help="where the replayed evaluations go")
     p.add_argument("--env", required=True, help="the run's --env")
     p.add_argument("--model_path", required=True, help="the run's --model_path")
     p.add_argument("--heldout", default=None, help="the run's --heldout (reported, never chosen on)")
@@ -77,13 +96,15 @@ def main(argv: list[str] | None = None) -> dict:
                 played[side] = list(read_jsonl(path, Trajectory))
                 loose = list(read_jsonl(loose_dir / f"{side}.jsonl", Trajectory))
                 decision = decide_paired(sample_rewards(played[side]), sample_rewards(loose), seed=args.seed)
-                line[side] = {"loose": summarize(loose, args.k)["all"][f"avg@{args.k}"],
-                              "strict": summarize(played[side], args.k)["all"][f"avg@{args.k}"],
+                line[side] = {"run": summarize(loose, args.k)["all"][f"avg@{args.k}"],
+                              "replayed": summarize(played[side], args.k)["all"][f"avg@{args.k}"],
                               "gain": decision.paired_gain, "lower_bound": decision.lower_bound,
-                              "schema_errors": {"loose": schema_error_share(loose),
-                                                "strict": schema_error_share(played[side])}}  # fmt: skip
+                              "schema_errors": {"run": schema_error_share(loose),
+                                                "replayed": schema_error_share(played[side])},
+                              "ungrounded_ids": {"run": ungrounded_id_share(loose),
+                                                 "replayed": ungrounded_id_share(played[side])}}  # fmt: skip
             own = decide_paired(sample_rewards(played["after"]), sample_rewards(played["before"]), seed=args.seed)
-            line["strict_gain"] = {"gain": own.paired_gain, "lower_bound": own.lower_bound}
+            line["replayed_gain"] = {"gain": own.paired_gain, "lower_bound": own.lower_bound}
             print(json.dumps(line), flush=True)
             lines[part] = line
     finally:

@@ -173,3 +173,60 @@ def test_adapt_passes_strict_tools_to_every_server(tmp_path) -> None:
     assert not make_parser().parse_args([*base, "--no_strict_tools"]).strict_tools
     run = Run(make_parser().parse_args(base))  # on by default
     assert grpo_config(run.train_keys(), tmp_path).policy_server_strict_tools  # the GRPO child's server
+
+
+LIBRARY = [
+    {"type": "function", "function": {"name": "list_loans", "parameters": {"type": "object", "properties": {
+        "member_id": {"type": "string"}}, "required": ["member_id"]}}},
+    {"type": "function", "function": {"name": "pay_fine", "parameters": {"type": "object", "properties": {
+        "member_id": {"type": "string"}, "amount": {"type": "number"}, "method": {"enum": ["cash", "card"]},
+        "note": {"type": "string"}, "loanId": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+        "required": ["member_id"]}}},
+]  # fmt: skip
+CONTEXT = 'How many books does Dev Patel have out?\n{"member_id": "M4", "name": "Dev Patel"}'
+
+
+def held(text: str, context: str | None = CONTEXT) -> str | None:
+    try:
+        CallScanner.start(ToolGrammar.from_tools(LIBRARY, context=context)).fed(text)
+    except Invalid as e:
+        return str(e)
+    return None
+
+
+def test_ids_are_copied_from_the_conversation_and_listed_values_kept() -> None:
+    call = '<tool_call>{"name": "pay_fine", "arguments": {"member_id": '
+    assert held(f'{call}"M4", "note": "726", "amount": 726}}}}</tool_call>') is None  # only ids are held
+    assert "no id '7'" in (held(f'{call}"726"') or "")  # an id nobody showed
+    assert held(f'{call}"726"', context=None) is None  # without a context (per-request strict) ids are free
+    assert held(f'{call}"Dev Patel"') is None  # a piece of the request: the server's error will say what to do
+    assert "empty" in (held(f'{call}""') or "")
+    assert "no id 'L'" in (held(f'{call}"M4", "loanId": "L') or "")  # camelCase, a union with string
+    assert held(f'{call}"M4", "method": "card"}}}}') is None
+    assert "not one of" in (held(f'{call}"M4", "method": "car"') or "")
+    assert "starts no allowed" in (held(f'{call}"M4", "method": "cheque"') or "")
+    # where an id goes, only what the conversation has after the text so far may come
+    scanner = CallScanner.start(ToolGrammar.from_tools(LIBRARY, context=CONTEXT)).fed(f'{call}"M')
+    assert scanner.sensitive and scanner.continuations() == ('"', "4")
+    enum = scanner.fed('4", "method": "ca')
+    assert enum.sensitive and enum.continuations() == ('sh"', 'rd"')
+
+
+def test_the_server_grounds_ids_only_under_strict_tools() -> None:
+    from trainers.serving.app import _tool_grammar
+    from trainers.serving.protocol import ChatCompletionRequest
+    from trainers.serving.tool_choice import ToolChoice
+
+    messages = [{"role": "system", "content": "ids look like Z9"}, {"role": "user", "content": "Dev Patel"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {
+                    "name": "find_member", "arguments": '{"name": "Dev Patel"}'}}]},
+                {"role": "tool", "tool_call_id": "1",
+                 "content": [{"type": "text", "text": '{"member_id": "M4"}'}]}]  # fmt: skip
+    body = ChatCompletionRequest(messages=messages, tools=LIBRARY)
+    auto = ToolChoice(mode="auto")
+    grammar = _tool_grammar(body, auto, None, True)
+    assert grammar is not None and grammar.context == 'Dev Patel\n{"member_id": "M4"}'  # user and tool texts
+    assert _tool_grammar(body, auto, None, True, grounded=False).context is None  # --free-ids
+    strict_one = [dict(LIBRARY[0], function={**LIBRARY[0]["function"], "strict": True}), LIBRARY[1]]
+    per_request = _tool_grammar(ChatCompletionRequest(messages=messages, tools=strict_one), auto, None, False)
+    assert per_request is not None and per_request.context is None  # "strict": true is the schema alone

@@ -23,6 +23,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "TINY_CHAT_TEMPLATE",
     "ParsedOutput",
+    "message_text",
     "normalize_messages",
     "parse_tool_calls",
 ]
@@ -118,7 +119,8 @@ def parse_tool_calls(text: str) -> ParsedOutput:
     return ParsedOutput(content=content, tool_calls=calls)
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
+    """A message's content as text: a string as it is, OpenAI content parts' texts joined."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -136,7 +138,7 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     out = []
     for m in messages:
-        msg = {"role": m.get("role", "user"), "content": _text(m.get("content"))}
+        msg = {"role": m.get("role", "user"), "content": message_text(m.get("content"))}
         if m.get("tool_calls"):
             calls = []
             for tc in m["tool_calls"]:

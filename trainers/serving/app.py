@@ -92,7 +92,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from langgraph_evolver._serving import BodyLimitMiddleware
 
-from ..chat_format import normalize_messages
+from ..chat_format import message_text, normalize_messages
 from .access import OPEN_PATHS, BearerKeyMiddleware, WeightAccess, check_api_key
 from .cache import PrefixCache
 from .engine import PolicyEngine
@@ -178,6 +178,7 @@ def create_app(
     allowed_weight_dirs: Sequence[str | Path] | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     strict_tools: bool = False,
+    free_ids: bool = False,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
@@ -196,7 +197,8 @@ def create_app(
     A chat template that drops the tools it is given is refused (``TemplateDropsTools``) unless
     ``allow_template_without_tools``, which logs a warning instead. ``dtype`` is ``PolicyEngine``'s (fp32 here,
     ``auto`` on the command line). ``strict_tools`` holds every request's tool calls to its tools' names and
-    argument keys (``strict_tools``); without it, only requests with a ``"strict": true`` function are held.
+    argument keys (``strict_tools``) and their id arguments to ids the conversation shows (unless ``free_ids``);
+    without it, only requests with a ``"strict": true`` function are held (to their schema alone).
     """
     import torch
 
@@ -360,7 +362,7 @@ def create_app(
             stop_token_ids=tuple(body.stop_token_ids or ()),
             ignore_eos=body.ignore_eos,
             skip_special_tokens=body.skip_special_tokens,
-            tool_grammar=_tool_grammar(body, choice, forced, strict_tools),
+            tool_grammar=_tool_grammar(body, choice, forced, strict_tools, grounded=not free_ids),
         )
         future = scheduler.submit(prompt_ids, [params] * body.n, model=model)
         completions = await _result_unless_disconnected(future, request)
@@ -486,15 +488,26 @@ def _check_fits_untokenized(engine: PolicyEngine, prompt: str, token_bytes: int)
 
 
 def _tool_grammar(
-    body: ChatCompletionRequest, choice: ToolChoice, forced: ForcedToolCall | None, strict_all: bool
+    body: ChatCompletionRequest,
+    choice: ToolChoice,
+    forced: ForcedToolCall | None,
+    strict_all: bool,
+    *,
+    grounded: bool = True,
 ) -> ToolGrammar | None:
-    """The request's tools held strictly (``--strict-tools``, or a function sent with ``"strict": true``)."""
+    """The request's tools held strictly (``--strict-tools``, or a function sent with ``"strict": true``); under
+    ``--strict-tools`` (and ``grounded``) id arguments are copied from the request's user and tool messages."""
     if not body.tools or choice.mode == "none":
         return None
     tools = [t.model_dump(exclude_none=True) for t in body.tools]
     if not strict_all and not any(t["function"].get("strict") is True for t in tools):
         return None
-    return ToolGrammar.from_tools(tools, prefix=forced.text if forced is not None else "")
+    context = (
+        "\n".join(message_text(m.content) for m in body.messages if m.role in ("user", "tool"))
+        if strict_all and grounded
+        else None
+    )
+    return ToolGrammar.from_tools(tools, prefix=forced.text if forced is not None else "", context=context)
 
 
 def _prompt_ids(

@@ -82,8 +82,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--strict-tools",
         action="store_true",
-        help="hold every request's tool calls to its tools: names, argument keys, required arguments "
-        '(without it, only functions sent with "strict": true are held)',
+        help="hold every request's tool calls to its tools: names, argument keys, required arguments, listed "
+        'values, and ids copied from the conversation (without it, only functions sent with "strict": true '
+        "are held, to their schema)",
+    )
+    p.add_argument(
+        "--free-ids",
+        action="store_true",
+        help="with --strict-tools, leave id arguments free (by default they must be copied from the request or a "
+        "tool's result)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     limits = p.add_argument_group("limits", "what one request may cost before it is refused")
@@ -153,6 +160,7 @@ def _create(args: argparse.Namespace) -> Any:
         allowed_weight_dirs=split_dirs(args.allowed_weight_dirs),
         max_request_bytes=args.max_request_bytes,
         strict_tools=args.strict_tools,
+        free_ids=args.free_ids,
     )
 
 

@@ -10,7 +10,11 @@ triggered by the tool-call tag. This server has no grammar engine, so it keeps a
 per row over the completion's text (``CallScanner``): outside a ``<tool_call>`` block nothing is
 constrained (the model may answer in text); inside, the scanner follows the JSON of the call
 (one object, or SmolLM2's list of them) and knows when the text is a tool's name, a key of the
-call object or a key of its arguments. Values are never constrained.
+call object or a key of its arguments. A string value is held only where the schema lists its
+values (``enum``) and, with ``ToolGrammar.context`` (the server's ``--strict-tools``), where the
+argument names a record by its id (``id``, ``book_id``, ``bookId``): there the value must be copied
+from the conversation (the request or a tool's result), as an id nobody showed the model cannot be
+a record's (``grounded_id``). Other values are free.
 
 Which tokens are allowed is decided on the most likely ``CANDIDATES`` ids of each step (their
 text fed to a copy of the scanner). Where the text must be a name or a key, everything else is
@@ -25,8 +29,9 @@ request with tools (``--strict-tools``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
@@ -55,11 +60,32 @@ _CALL_KEYS = ("name", "arguments")
 """The keys of a call object that ``trainers.chat_format.parse_tool_calls`` reads."""
 
 
+def grounded_id(key: str) -> bool:
+    """Whether an argument names a record by its id (``id``, ``member_id``, ``memberId``): a value the
+    conversation must have shown (the request quotes it or a tool returned it)."""
+    return key == "id" or (key.endswith("_id") and len(key) > 3) or re.fullmatch(r"[a-z][a-zA-Z]*Id", key) is not None
+
+
+def _string_typed(schema: Any) -> bool:
+    """Whether a property's schema takes a string (no type, ``"string"``, or a union with it)."""
+    if not isinstance(schema, Mapping):
+        return True
+    kind = schema.get("type")
+    if kind is None:
+        options = schema.get("anyOf") or schema.get("oneOf")
+        return not options or any(_string_typed(o) for o in options)
+    return kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSchema:
     properties: tuple[str, ...] | None
     """Argument names the tool takes; None when its schema leaves them open (no constraint)."""
     required: tuple[str, ...] = ()
+    enums: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The string values an argument may take where its schema lists them (``enum``)."""
+    ids: frozenset[str] = frozenset()
+    """String arguments that name a record by its id (``grounded_id``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +95,29 @@ class ToolGrammar:
     tools: Mapping[str, ToolSchema]
     prefix: str = ""
     """Text the completion continues (``tool_choice``'s forced start of a call)."""
+    context: str | None = None
+    """The conversation's text (its user and tool messages) that id arguments are copied from; None: ids free."""
 
     @classmethod
-    def from_tools(cls, tools: Sequence[Mapping[str, Any]], prefix: str = "") -> ToolGrammar:
+    def from_tools(
+        cls, tools: Sequence[Mapping[str, Any]], prefix: str = "", context: str | None = None
+    ) -> ToolGrammar:
         """From OpenAI ``tools`` (``{"type": "function", "function": {...}}`` or the function alone)."""
         out: dict[str, ToolSchema] = {}
         for tool in tools:
             fn = tool.get("function", tool)
             params = fn.get("parameters") or {}
-            props = params.get("properties")
-            open_ = not isinstance(props, Mapping) or params.get("additionalProperties") not in (None, False)
+            listed = params.get("properties")
+            props = listed if isinstance(listed, Mapping) else {}
+            open_ = not isinstance(listed, Mapping) or params.get("additionalProperties") not in (None, False)
             required = tuple(str(r) for r in params.get("required") or () if isinstance(r, str))
-            keys = tuple(str(k) for k in props) if isinstance(props, Mapping) and not open_ else None
-            out[str(fn["name"])] = ToolSchema(keys, required)
-        return cls(tools=out, prefix=prefix)
+            keys = None if open_ else tuple(str(k) for k in props)
+            enums = {str(k): tuple(v["enum"]) for k, v in props.items()
+                     if isinstance(v, Mapping) and isinstance(v.get("enum"), list) and v["enum"]
+                     and all(isinstance(e, str) for e in v["enum"])}  # fmt: skip
+            ids = frozenset(str(k) for k, v in props.items() if grounded_id(str(k)) and _string_typed(v))
+            out[str(fn["name"])] = ToolSchema(keys, required, enums, ids - set(enums))
+        return cls(tools=out, prefix=prefix, context=context or None)
 
 
 class _Frame(NamedTuple):
@@ -118,7 +153,7 @@ class CallScanner:
         self.tail = ""
         self.stack: tuple[_Frame, ...] = ()
         self.string: str | None = None
-        """The role of the string being written: "key", "name", "value" (None: not in a string)."""
+        """The role of the string being written: "key", "name", "enum", "id", "value" (None: not in a string)."""
         self.buf = ""
         self.esc = False
 
@@ -148,8 +183,10 @@ class CallScanner:
             return False
         if self.closing:
             return True
+        if self.string == "id":
+            return True
         if self.string is not None:
-            return self.string in ("key", "name") and self._targets() is not None
+            return self.string in ("key", "name", "enum") and self._targets() is not None
         if not self.stack:  # right after the tag: JSON or not, the parser will tell
             return False
         kind, role, _, _, expect, key = self.stack[-1]
@@ -162,10 +199,21 @@ class CallScanner:
         the end tag after a call)."""
         if self.closing:
             return (END_TAG[len(self.tail) :],)
+        if self.string == "id":
+            return self._id_continuations()
         targets = self._targets()
         if self.string is None or targets is None:
             return ()
         return tuple(t[len(self.buf) :] + '"' for t in targets if t.startswith(self.buf))
+
+    def _id_continuations(self) -> tuple[str, ...]:
+        """The next characters an id may take: those after each place the conversation shows it so far."""
+        text, buf = self.grammar.context or "", self.buf
+        out, at = {'"'} if buf else set(), text.find(buf)
+        while at >= 0 and at + len(buf) < len(text):
+            out.add(text[at + len(buf)])
+            at = text.find(buf, at + 1)
+        return tuple(sorted(out))
 
     # -- the rules ------------------------------------------------------------------------
     def _constrained(self, frame: _Frame) -> bool:
@@ -192,7 +240,22 @@ class CallScanner:
             return tuple(self.grammar.tools)
         if self.string == "key" and self.stack:
             return self._allowed_keys(self.stack[-1])
+        if self.string == "enum" and self.stack:
+            return self._schema_of(self.stack[-1]).enums[self.stack[-1].key]  # type: ignore[index]
         return None
+
+    def _schema_of(self, frame: _Frame) -> ToolSchema:
+        return self.grammar.tools.get(frame.tool or "") or ToolSchema(None)
+
+    def _value_role(self) -> str:
+        """What the string value opening in the top frame is: "enum" or "id" where a rule holds it, else "value"."""
+        frame = self.stack[-1]
+        if frame.kind != "obj" or frame.role != "args" or frame.key is None:
+            return "value"
+        schema = self._schema_of(frame)
+        if frame.key in schema.enums:
+            return "enum"
+        return "id" if self.grammar.context is not None and frame.key in schema.ids else "value"
 
     def _set_top(self, **changes: Any) -> None:
         self.stack = (*self.stack[:-1], self.stack[-1]._replace(**changes))
@@ -231,8 +294,8 @@ class CallScanner:
             self.string, self.buf = "name", ""
             return
         if c == '"':
+            self.string, self.buf = self._value_role(), ""
             self._set_top(expect="comma")
-            self.string, self.buf = "value", ""
         elif c in "{[":
             self._set_top(expect="comma")
             if c == "[":
@@ -322,6 +385,9 @@ class CallScanner:
 
     def _feed_string(self, c: str) -> None:
         role = self.string
+        if role == "id":
+            self._feed_id(c)
+            return
         if self.esc:
             self.esc = False
             self.buf += c
@@ -329,6 +395,8 @@ class CallScanner:
             self.esc = True
             self.buf += c
         elif c == '"':
+            if role == "enum" and self.buf not in (self._targets() or ()):
+                raise Invalid(f"{self.buf!r} is not one of the argument's values")
             self.string = None
             if role == "name":
                 if self.buf not in self.grammar.tools:
@@ -344,10 +412,22 @@ class CallScanner:
             return
         else:
             self.buf += c
-        if role in ("name", "key"):
+        if role in ("name", "key", "enum"):
             targets = self._targets()
             if targets is not None and not any(t.startswith(self.buf) for t in targets):
                 raise Invalid(f"{self.buf!r} starts no allowed {role}")
+
+    def _feed_id(self, c: str) -> None:
+        """An id's characters: the value stays a piece of the conversation's text, and is not empty."""
+        if c == '"' and not self.esc:
+            if not self.buf:
+                raise Invalid("an id is empty")
+            self.string, self.buf = None, ""
+            return
+        self.esc = c == "\\" and not self.esc
+        self.buf += c
+        if self.buf not in (self.grammar.context or ""):
+            raise Invalid(f"the conversation shows no id {self.buf!r}")
 
 
 def _fits(scanner: CallScanner, texts: TokenTexts, token_id: int) -> bool:
