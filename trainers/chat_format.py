@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CALL_CLOSE",
+    "CALL_OPEN",
     "EOS_TOKEN",
     "PAD_TOKEN",
     "SPECIAL_TOKENS",
@@ -30,7 +32,9 @@ __all__ = [
 
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"
-SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN, "<tool_call>", "</tool_call>"]
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+"""The tags around a tool call's JSON: what the templates write, the parser reads and strict decoding follows."""
+SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN, CALL_OPEN, CALL_CLOSE]
 
 # All literal text sits in {{ '...' }} expressions so the template source can be indented freely.
 TINY_CHAT_TEMPLATE = (
@@ -68,7 +72,7 @@ TINY_CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
 
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)
+_BLOCK = re.compile(rf"{CALL_OPEN}(.*?){CALL_CLOSE}|{CALL_OPEN}(.*)\Z", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,7 @@ def parse_tool_calls(text: str) -> ParsedOutput:
     A block holds one call (``{"name": ..., "arguments": {...}}``, Hermes/Qwen) or a JSON list of
     them (``[{...}, {...}]``, SmolLM2's function-calling form); an empty list is no call.
     """
-    start = text.find("<tool_call>")
+    start = text.find(CALL_OPEN)
     if start < 0:
         return ParsedOutput(content=text, tool_calls=[])
     calls = []

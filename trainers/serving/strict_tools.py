@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..chat_format import CALL_CLOSE, CALL_OPEN
 from .token_texts import TokenTexts
 
 __all__ = [
@@ -49,9 +50,8 @@ __all__ = [
     "start_scanner",
 ]
 
-TRIGGER = "<tool_call>"
-"""The tag the server's tool-call parser reads (``trainers.chat_format``): the scanner starts after it."""
-END_TAG = "</tool_call>"
+TRIGGER, END_TAG = CALL_OPEN, CALL_CLOSE
+"""The tags the server's tool-call parser reads (``trainers.chat_format``): the scanner starts after the first."""
 
 CANDIDATES = 64
 """Most likely ids checked against the scanner at each step of a constrained row."""
