@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import time
@@ -42,6 +43,18 @@ def schema_error_share(trajectories: list[Trajectory]) -> float:
     calls = [o for t in trajectories for s in t.steps for o in s.observations]
     bad = [o for o in calls if o.is_error and any(e in o.content for e in SCHEMA_ERRORS)]
     return round(len(bad) / len(calls), 3) if calls else 0.0
+
+
+def recorded_adapter(run: Path, recorded: str) -> Path:
+    """The gate's adapter: the path it recorded (relative to where the run was started), else the same phase
+    folder under ``run`` (``5-grpo/train/checkpoint-9``), so the script works from any directory."""
+    path = Path(recorded)
+    if path.exists():
+        return path
+    phase = next((i for i, part in enumerate(path.parts) if re.fullmatch(r"\d-[a-z]+", part)), None)
+    if phase is None or not (run / Path(*path.parts[phase:])).exists():
+        raise SystemExit(f"the gate's adapter {recorded} is not there, nor under {run}")
+    return run / Path(*path.parts[phase:])
 
 
 def ungrounded_id_share(trajectories: list[Trajectory]) -> float:
@@ -75,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     gate = json.loads((src / "6-gate" / "done.json").read_text())
     adapter = out / "adapter"
     if not adapter.exists():  # the policy server loads weights from under --out only
-        shutil.copytree(gate["adapter"], adapter)
+        shutil.copytree(recorded_adapter(src, gate["adapter"]), adapter)
     run = Run(make_parser().parse_args(["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
                                         "--minutes", "60", "--seed", str(args.seed), "--strict_tools",
                                         "--no_progress"]))  # fmt: skip
