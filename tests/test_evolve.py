@@ -163,6 +163,14 @@ def test_the_loop_checks_min_tasks_and_serves_the_gate_at_one_thread(tmp_path):
                                                                                    "sandbox-train-200001"]  # fmt: skip
     server = loop.endpoint.local_server()
     assert server.threads == 1 and server.allowed_weight_dirs == [tmp_path.resolve()]
+    assert server.extra_args == []  # the training config's servers are not strict, nor is production
+    strict = EvolveLoop(
+        load_config(
+            ROOT / "examples" / "evolve.yaml",
+            {"output_dir": str(tmp_path), "train": {"policy_server_strict_tools": True}},
+        )
+    )
+    assert strict.endpoint.local_server().extra_args == ["--strict-tools"]
 
 
 def test_pruning_keeps_promoted_copies_the_last_rejected_and_the_open_cycle(tmp_path):

@@ -11,7 +11,8 @@ request unanswered (``trainers.sync.swap_adapter``):
 3. the previous adapter's directory stays on disk (``adapters/vNNN``), so a rollback is the same call.
 
 Without ``policy_base_url`` the loop starts the CPU policy server on the training config's model, at one torch
-thread (``SERVER_THREADS``: what makes seeded evaluations exact), and keeps it up for as long as it runs (it stops
+thread (``SERVER_THREADS``: what makes seeded evaluations exact), strict where the training config's servers are
+(``policy_server_strict_tools``), and keeps it up for as long as it runs (it stops
 with the loop: a real deployment points the loop at its own long-lived server).
 """
 
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 class ProductionEndpoint:
     """The endpoint that serves ``cfg.served_name``; ``start`` connects to it (or starts the local one)."""
 
-    def __init__(self, cfg: EvolveConfig, model_path: Path, output_dir: Path) -> None:
+    def __init__(self, cfg: EvolveConfig, model_path: Path, output_dir: Path, *, strict_tools: bool = False) -> None:
         from trainers.serving.process import policy_api_key
 
         self.cfg = cfg
@@ -47,6 +48,8 @@ class ProductionEndpoint:
         self.base_url = cfg.policy_base_url or ""
         self.api_key = policy_api_key()
         self.server = None
+        self.strict_tools = strict_tools
+        """The local server holds tool calls to the tools (``--strict-tools``), as the training config's servers do."""
         self._warned = False
 
     @property
@@ -70,7 +73,8 @@ class ProductionEndpoint:
         from trainers.serving import PolicyServerProcess
 
         return PolicyServerProcess(self.model_path, log_path=self.output_dir / "production_server.log",
-                                   allowed_weight_dirs=[self.output_dir], threads=SERVER_THREADS)  # fmt: skip
+                                   allowed_weight_dirs=[self.output_dir], threads=SERVER_THREADS,
+                                   extra_args=["--strict-tools"] * self.strict_tools)  # fmt: skip
 
     def stop(self) -> None:
         if self.server is not None:

@@ -47,7 +47,9 @@ class EvolveLoop:
         """The training keys as a ``trainers.grpo`` config: what evaluation rollouts and held-out tasks follow."""
         self.model_path = Path(resolve_model(str(self.train["model_name_or_path"])))
         self.env = self.rollout_cfg.env_id
-        self.endpoint = ProductionEndpoint(cfg, self.model_path, self.out)
+        self.endpoint = ProductionEndpoint(
+            cfg, self.model_path, self.out, strict_tools=bool(self.train.get("policy_server_strict_tools"))
+        )
         self._heldout: list[Any] | None = None
         self._test_tasks: list[Any] | None = None
 
