@@ -201,6 +201,8 @@ def test_ids_are_copied_from_the_conversation_and_listed_values_kept() -> None:
     assert held(f'{call}"726"', context=None) is None  # without a context (per-request strict) ids are free
     assert held(f'{call}"Dev Patel"') is None  # a piece of the request: the server's error will say what to do
     assert "empty" in (held(f'{call}""') or "")
+    assert "starts with a space" in (held(f'{call}" M4"') or "")  # no record's id has a space around it
+    assert "ends with a space" in (held(f'{call}"Dev "') or "")
     assert "no id 'L'" in (held(f'{call}"M4", "loanId": "L') or "")  # camelCase, a union with string
     assert held(f'{call}"M4", "method": "card"}}}}') is None
     assert "not one of" in (held(f'{call}"M4", "method": "car"') or "")

@@ -17,8 +17,8 @@ from the conversation (the request or a tool's result), as an id nobody showed t
 a record's (``grounded_id``). Other values are free.
 
 Which tokens are allowed is decided on the most likely ``CANDIDATES`` ids of each step (their
-text fed to a copy of the scanner). Where the text must be a name or a key, everything else is
-masked; elsewhere only the candidates that would break the call are, so the distribution is
+text fed to a copy of the scanner). Where the text must be a name, a key, a listed value or an
+id, everything else is masked; elsewhere only the candidates that would break the call are, so the distribution is
 untouched where no rule applies. When no candidate fits where one must, the whole vocabulary is
 searched by first character. The logprob a row reports is the one of the masked distribution it
 was drawn from (``sampling``'s "processed" logprobs).
@@ -209,11 +209,11 @@ class CallScanner:
     def _id_continuations(self) -> tuple[str, ...]:
         """The next characters an id may take: those after each place the conversation shows it so far."""
         text, buf = self.grammar.context or "", self.buf
-        out, at = {'"'} if buf else set(), text.find(buf)
+        out, at = {'"'} if buf and not buf[-1].isspace() else set(), text.find(buf)
         while at >= 0 and at + len(buf) < len(text):
             out.add(text[at + len(buf)])
             at = text.find(buf, at + 1)
-        return tuple(sorted(out))
+        return tuple(sorted(c for c in out if buf or not c.isspace()))
 
     # -- the rules ------------------------------------------------------------------------
     def _constrained(self, frame: _Frame) -> bool:
@@ -418,12 +418,16 @@ class CallScanner:
                 raise Invalid(f"{self.buf!r} starts no allowed {role}")
 
     def _feed_id(self, c: str) -> None:
-        """An id's characters: the value stays a piece of the conversation's text, and is not empty."""
+        """An id's characters: the value stays a piece of the conversation's text, not empty, no space around it."""
         if c == '"' and not self.esc:
             if not self.buf:
                 raise Invalid("an id is empty")
+            if self.buf[-1].isspace():
+                raise Invalid("an id ends with a space")
             self.string, self.buf = None, ""
             return
+        if c.isspace() and not self.buf:
+            raise Invalid("an id starts with a space")
         self.esc = c == "\\" and not self.esc
         self.buf += c
         if self.buf not in (self.grammar.context or ""):
