@@ -47,7 +47,7 @@ class ProductionEndpoint:
         self.name = cfg.served_name
         self.base_url = cfg.policy_base_url or ""
         self.api_key = policy_api_key()
-        self.server = None
+        self.server: Any = None
         self.strict_tools = strict_tools
         """The local server holds tool calls to the tools (``--strict-tools``), as the training config's servers do."""
         self._warned = False
