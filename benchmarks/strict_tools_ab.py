@@ -1,8 +1,7 @@
 """A/B of strict tool calls (``--strict-tools``: names, argument keys and required arguments held to the server's
-tools; since session 59 also ids copied from the conversation) on a finished ``trainers.evolve adapt`` run: its
-starting model and its chosen adapter played again with the same seeds by a policy server with this checkout's
-``--strict-tools``, paired with the run's own evaluations (loose before session 58, strict without copied ids in
-sessions 58-59).
+tools; with ``--grounded_ids`` also ids copied from the conversation) on a finished ``trainers.evolve adapt`` run:
+its starting model and its chosen adapter played again with the same seeds by a policy server with
+``--strict-tools``, paired with the run's own evaluations (loose before session 58, strict from then on).
 
     python benchmarks/strict_tools_ab.py --run runs/r58/adapt-sheets --out runs/r58/ab-strict \\
         --env "mcp:python examples/mcp_servers/sheets.py" --model_path checkpoints/smollm2-warm-doc \\
@@ -81,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--heldout", default=None, help="the run's --heldout (reported, never chosen on)")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
+    p.add_argument("--grounded_ids", action="store_true", help="the replay's server copies ids (--grounded-ids)")
     args = p.parse_args(argv)
     started = time.perf_counter()
     src, out = Path(args.run), Path(args.out)
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     run = Run(make_parser().parse_args(["--env", args.env, "--model_path", args.model_path, "--output_dir", str(out),
                                         "--minutes", "60", "--seed", str(args.seed), "--strict_tools",
                                         "--no_progress"]))  # fmt: skip
+    run.server_args = ["--grounded-ids"] * args.grounded_ids
     parts = {"validation": (tasks_file(src / "2-split" / "validation.jsonl"), src / "6-gate")}
     if args.heldout:
         from env_tools.mcp_tasks import load_task_file

@@ -214,7 +214,7 @@ def test_ids_are_copied_from_the_conversation_and_listed_values_kept() -> None:
     assert enum.sensitive and enum.continuations() == ('sh"', 'rd"')
 
 
-def test_the_server_grounds_ids_only_under_strict_tools() -> None:
+def test_the_server_grounds_ids_only_with_grounded_ids() -> None:
     from trainers.serving.app import _tool_grammar
     from trainers.serving.protocol import ChatCompletionRequest
     from trainers.serving.tool_choice import ToolChoice
@@ -226,9 +226,13 @@ def test_the_server_grounds_ids_only_under_strict_tools() -> None:
                  "content": [{"type": "text", "text": '{"member_id": "M4"}'}]}]  # fmt: skip
     body = ChatCompletionRequest(messages=messages, tools=LIBRARY)
     auto = ToolChoice(mode="auto")
-    grammar = _tool_grammar(body, auto, None, True)
+    grammar = _tool_grammar(body, auto, None, True, grounded=True)
     assert grammar is not None and grammar.context == 'Dev Patel\n{"member_id": "M4"}'  # user and tool texts
-    assert _tool_grammar(body, auto, None, True, grounded=False).context is None  # --free-ids
+    assert _tool_grammar(body, auto, None, True).context is None  # without --grounded-ids
     strict_one = [dict(LIBRARY[0], function={**LIBRARY[0]["function"], "strict": True}), LIBRARY[1]]
     per_request = _tool_grammar(ChatCompletionRequest(messages=messages, tools=strict_one), auto, None, False)
     assert per_request is not None and per_request.context is None  # "strict": true is the schema alone
+    from trainers.serving.cli import make_parser
+
+    args = make_parser().parse_args(["--model", "m", "--strict-tools", "--grounded-ids"])
+    assert args.strict_tools and args.grounded_ids and not make_parser().parse_args(["--model", "m"]).grounded_ids

@@ -127,6 +127,8 @@ class Run:
         self.out = Path(args.output_dir)
         self.started = time.perf_counter()
         self.server: Any = None
+        self.server_args: list[str] = []
+        """More flags for the policy server this run starts (a benchmark's A/B: ``--grounded-ids``)."""
         self.names: dict[str, str] = {}
 
     def budget_s(self, phase: str) -> float:
@@ -190,7 +192,8 @@ class Run:
         if self.server is None:
             self.server = PolicyServerProcess(resolve_model(self.args.model_path), log_path=self.out / "server.log",
                                               allowed_weight_dirs=[self.out], threads=SERVER_THREADS,
-                                              extra_args=["--strict-tools"] * self.args.strict_tools)  # fmt: skip
+                                              extra_args=["--strict-tools"] * self.args.strict_tools
+                                              + self.server_args)  # fmt: skip
             self.server.start()
         if adapter is None:
             return self.server.model_name

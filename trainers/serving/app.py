@@ -178,7 +178,7 @@ def create_app(
     allowed_weight_dirs: Sequence[str | Path] | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     strict_tools: bool = False,
-    free_ids: bool = False,
+    grounded_ids: bool = False,
 ) -> FastAPI:
     """Load the model at ``model_path`` and return the FastAPI app that serves it.
 
@@ -197,7 +197,7 @@ def create_app(
     A chat template that drops the tools it is given is refused (``TemplateDropsTools``) unless
     ``allow_template_without_tools``, which logs a warning instead. ``dtype`` is ``PolicyEngine``'s (fp32 here,
     ``auto`` on the command line). ``strict_tools`` holds every request's tool calls to its tools' names and
-    argument keys (``strict_tools``) and their id arguments to ids the conversation shows (unless ``free_ids``);
+    argument keys (``strict_tools``), and with ``grounded_ids`` their id arguments to ids the conversation shows;
     without it, only requests with a ``"strict": true`` function are held (to their schema alone).
     """
     import torch
@@ -362,7 +362,7 @@ def create_app(
             stop_token_ids=tuple(body.stop_token_ids or ()),
             ignore_eos=body.ignore_eos,
             skip_special_tokens=body.skip_special_tokens,
-            tool_grammar=_tool_grammar(body, choice, forced, strict_tools, grounded=not free_ids),
+            tool_grammar=_tool_grammar(body, choice, forced, strict_tools, grounded=grounded_ids),
         )
         future = scheduler.submit(prompt_ids, [params] * body.n, model=model)
         completions = await _result_unless_disconnected(future, request)
@@ -493,10 +493,11 @@ def _tool_grammar(
     forced: ForcedToolCall | None,
     strict_all: bool,
     *,
-    grounded: bool = True,
+    grounded: bool = False,
 ) -> ToolGrammar | None:
     """The request's tools held strictly (``--strict-tools``, or a function sent with ``"strict": true``); under
-    ``--strict-tools`` (and ``grounded``) id arguments are copied from the request's user and tool messages."""
+    ``--strict-tools`` with ``grounded`` (``--grounded-ids``) id arguments are copied from the request's user and
+    tool messages."""
     if not body.tools or choice.mode == "none":
         return None
     tools = [t.model_dump(exclude_none=True) for t in body.tools]

@@ -83,14 +83,13 @@ def make_parser() -> argparse.ArgumentParser:
         "--strict-tools",
         action="store_true",
         help="hold every request's tool calls to its tools: names, argument keys, required arguments, listed "
-        'values, and ids copied from the conversation (without it, only functions sent with "strict": true '
-        "are held, to their schema)",
+        'values (without it, only functions sent with "strict": true are held)',
     )
     p.add_argument(
-        "--free-ids",
+        "--grounded-ids",
         action="store_true",
-        help="with --strict-tools, leave id arguments free (by default they must be copied from the request or a "
-        "tool's result)",
+        help="with --strict-tools, id arguments (id, *_id, *Id) must be copied from the request or a tool's result "
+        "(off by default: no gain on a library validation set, docs/policy-endpoint.md)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     limits = p.add_argument_group("limits", "what one request may cost before it is refused")
@@ -160,7 +159,7 @@ def _create(args: argparse.Namespace) -> Any:
         allowed_weight_dirs=split_dirs(args.allowed_weight_dirs),
         max_request_bytes=args.max_request_bytes,
         strict_tools=args.strict_tools,
-        free_ids=args.free_ids,
+        grounded_ids=args.grounded_ids,
     )
 
 

@@ -11,7 +11,7 @@ per row over the completion's text (``CallScanner``): outside a ``<tool_call>`` 
 constrained (the model may answer in text); inside, the scanner follows the JSON of the call
 (one object, or SmolLM2's list of them) and knows when the text is a tool's name, a key of the
 call object or a key of its arguments. A string value is held only where the schema lists its
-values (``enum``) and, with ``ToolGrammar.context`` (the server's ``--strict-tools``), where the
+values (``enum``) and, with ``ToolGrammar.context`` (``--strict-tools --grounded-ids``), where the
 argument names a record by its id (``id``, ``book_id``, ``bookId``): there the value must be copied
 from the conversation (the request or a tool's result), as an id nobody showed the model cannot be
 a record's (``grounded_id``). Other values are free.
