@@ -62,7 +62,9 @@ _CALL_KEYS = ("name", "arguments")
 
 def grounded_id(key: str) -> bool:
     """Whether an argument names a record by its id (``id``, ``member_id``, ``memberId``): a value the
-    conversation must have shown (the request quotes it or a tool returned it)."""
+    conversation must have shown (the request quotes it or a tool returned it). Narrower than the synthesizer's
+    ``wording.id_argument`` (which also reads ``*_code``, ``*_number``, ``*_key``): a phone number or a sort key
+    may be new text, a ``*_id`` names a record."""
     return key == "id" or (key.endswith("_id") and len(key) > 3) or re.fullmatch(r"[a-z][a-zA-Z]*Id", key) is not None
 
 
@@ -241,7 +243,7 @@ class CallScanner:
         if self.string == "key" and self.stack:
             return self._allowed_keys(self.stack[-1])
         if self.string == "enum" and self.stack:
-            return self._schema_of(self.stack[-1]).enums[self.stack[-1].key]  # type: ignore[index]
+            return self._schema_of(self.stack[-1]).enums.get(self.stack[-1].key or "")
         return None
 
     def _schema_of(self, frame: _Frame) -> ToolSchema:
