@@ -390,14 +390,23 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
         return ToolCall(name=tool, arguments={key: name})
 
     facts = fact_questions(pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find, seed=3)
-    by_record = {f.resolves[0][1]: f for f in facts}
-    assert set(by_record) == {"M2", "B1"}, facts  # M1's listing row has no field; pay_fine writes
-    ben, book = by_record["M2"], by_record["B1"]
-    assert ben.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}), pairs[1][0])
-    assert (ben.field, ben.answer) in {("fine", "2.5"), ("joined", "2021")}
-    assert "Ben Osei" in ben.query and "M2" not in ben.query and ben.field.replace("_", " ") in ben.query
+    by_record = {(f.resolves[0][1], f.field): f for f in facts}
+    # M1's listing row has no field; pay_fine writes; Ben's two fields and Beloved's one, and each record's own id
+    assert set(by_record) == {("M2", "fine"), ("M2", "joined"), ("M2", "id"), ("B1", "available"), ("B1", "id")}
+    for field, answer in (("fine", "2.5"), ("joined", "2021")):
+        ben = by_record["M2", field]
+        assert ben.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}), pairs[1][0])
+        assert ben.answer == answer and "Ben Osei" in ben.query and "M2" not in ben.query and field in ben.query
+    book = by_record["B1", "available"]
     assert book.reference == (ToolCall(name="search_books", arguments={"query": "Beloved"}),)  # the search shows it
-    assert (book.field, book.answer) == ("available", "2") and "Beloved" in book.query
+    assert book.answer == "2" and "Beloved" in book.query
+    # the id is asked by the name and answered by the lookup alone ("What is Ben Osei's member id?")
+    ben_id, book_id = by_record["M2", "id"], by_record["B1", "id"]
+    assert ben_id.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}),) and ben_id.answer == "M2"
+    assert "member id" in ben_id.query and "Ben Osei" in ben_id.query and "M2" not in ben_id.query
+    assert book_id.answer == "B1" and "book id" in book_id.query
+    assert len(fact_questions(pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find,
+                              seed=3, per_record=1)) == 4  # one field per record, and the ids
 
 
 def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():
@@ -424,7 +433,11 @@ def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_
         lookups.append((value, name, key))
         return ToolCall(name="list_shipments", arguments={key: name}) if key else None
 
-    facts = fact_questions(pairs, {}, lambda n: False, find, owners={"TRK3": ("recipient", "Jonas Weber")}, seed=0)
+    owners = {"TRK3": ("recipient", "Jonas Weber")}
+    both = fact_questions(pairs, {}, lambda n: False, find, owners=owners, seed=0)  # TRK4's status and recipient
+    assert sorted(f.field for f in both) == ["recipient", "status", "status"], both  # no id question: no name
+    lookups.clear()
+    facts = fact_questions(pairs, {}, lambda n: False, find, owners=owners, seed=0, per_record=1)
     assert len(facts) == 2, facts
     jonas, hana = sorted(facts, key=lambda f: "TRK4" in f.query)
     assert (jonas.field, jonas.answer) == ("status", "created"), jonas  # his name is not a field to ask

@@ -31,7 +31,7 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 from .profile import tool_entity
 from .wording import NAME_KEYS, Owned, arg_noun, id_argument, id_values, quotes, shown_value
 
-__all__ = ["FACT_KEY", "Fact", "fact_questions", "table_facts", "table_rows"]
+__all__ = ["FACT_KEY", "PER_RECORD", "Fact", "fact_questions", "table_facts", "table_rows"]
 
 FACT_KEY = "fact"
 """``task.metadata`` key of a fact question: the field it asks for (the filter checks a read returns the answer)."""
@@ -42,6 +42,11 @@ _PLAIN = ("Tell me {name}'s {field}.", "What is the {field} of {name}?", "Look u
 _ENTITY = "Can you find the {field} of the {entity} {name}?"
 """Only for a record named by its own name: "the shipment TRK1002" repeats what an id or an owner's name says."""
 _TEMPLATES = (_POSSESSIVE, *_PLAIN, _ENTITY)
+_ID_TEMPLATES = ("What is {name}'s {entity} id?", "What is the {entity} id of {name}?", "Find {name}'s {entity} id.")
+"""A record's own id asked by its name ("What is Chloe Martin's member id?"): the answer is in the lookup's result."""
+PER_RECORD = 2
+"""Fields asked per record and read (drawn with the seed): one per record left most of a record's fields unasked (a
+library run kept 13 questions of 100 tasks), and people ask one fact at a time as often as they order."""
 
 
 class Fact(NamedTuple):
@@ -83,11 +88,12 @@ def fact_questions(
     *,
     owners: dict[str, tuple[str, str]] | None = None,
     seed: int = 0,
+    per_record: int = PER_RECORD,
 ) -> list[Fact]:
-    """Fact questions from an exploration's successful calls (``pairs``): one per record and read, its field drawn
-    with ``seed``. A record goes by its name (``records``: ids to names, ``wording.record_names``), else by its
-    owner's (``owners``: ids to (key, owner), ``wording.record_owners``; "What is the status of Jonas Weber's
-    shipment?"), else, when the read took its id, by that id ("What is the status of TRK1003?", the read alone).
+    """Fact questions from an exploration's successful calls (``pairs``): ``per_record`` per record and read, the
+    fields drawn with ``seed``, and a named record's own id, which the lookup by its name shows. A record goes by
+    its name (``records``: ids to names, ``wording.record_names``), else by its owner's (``owners``: ids to (key,
+    owner), ``wording.record_owners``; "What is the status of Jonas Weber's shipment?"), else, when the read took its id, by that id ("What is the status of TRK1003?", the read alone).
     ``find(id, name, key)`` is the lookup that finds the record by its name or by its owner under ``key`` (``None``
     when no read of the exploration does)."""
     rng = random.Random(seed)
@@ -123,15 +129,20 @@ def fact_questions(
                     templates = _TEMPLATES
             if not fields:
                 continue
-            field, answer = rng.choice(fields)
-            if (value, field) in seen:
-                continue
-            seen.add((value, field))
             # the lookup, then the read when it needs the id (a search or listing shows the field itself)
             reference = (call,) if lookup is None else (lookup, call) if needs else (lookup,)
             entity = tool_entity(lookup.name if lookup is not None else call.name).replace("_", " ")
-            query = rng.choice(templates).format(name=name, field=field.replace("_", " "), entity=entity)
-            out.append(Fact(query, reference, answer, field, [] if lookup is None else [[0, value]]))
+            resolves = [] if lookup is None else [[0, value]]
+            for field, answer in rng.sample(fields, min(per_record, len(fields))):
+                if (value, field) in seen:
+                    continue
+                seen.add((value, field))
+                query = rng.choice(templates).format(name=name, field=field.replace("_", " "), entity=entity)
+                out.append(Fact(query, reference, answer, field, resolves))
+            if lookup is not None and templates is _TEMPLATES and (value, "id") not in seen:
+                seen.add((value, "id"))  # the lookup's result shows the id: "What is Chloe Martin's member id?"
+                query = rng.choice(_ID_TEMPLATES).format(name=name, entity=entity)
+                out.append(Fact(query, (lookup,), value, "id", resolves))
     return out
 
 
