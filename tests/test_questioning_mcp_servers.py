@@ -405,8 +405,14 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
     assert ben_id.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}),) and ben_id.answer == "M2"
     assert "member id" in ben_id.query and "Ben Osei" in ben_id.query and "M2" not in ben_id.query
     assert book_id.answer == "B1" and "book id" in book_id.query
-    assert len(fact_questions(pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find,
-                              seed=3, per_record=1)) == 4  # one field per record, and the ids
+    assert (
+        len(
+            fact_questions(
+                pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find, seed=3, per_record=1
+            )
+        )
+        == 4
+    )  # one field per record, and the ids
 
 
 def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():
