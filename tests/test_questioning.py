@@ -373,6 +373,28 @@ def test_one_tool_is_in_at_most_its_share_of_the_kept_tasks(monkeypatch):
     assert len(kept) == 8 and over_cap == 0
 
 
+def test_reads_are_kept_in_the_reading_tools_share_one_fact_questions_first(monkeypatch):
+    """Half the tools read: half the tasks kept from an exploration may only read (a third before), and a one-fact
+    question ("What is the author of Beloved?") is filtered before a plain read of the same tool."""
+    from langgraph_evolver.questioning import pipeline
+    from langgraph_evolver.questioning.facts import FACT_KEY
+    from langgraph_evolver.questioning.filters import FilterReport
+
+    descriptions = {"search_books": "Books whose title contains the text.", "get_book": "One book's details.",
+                    "borrow": "Lend a copy of a book.", "renew": "Extend a loan."}  # fmt: skip
+
+    def task(i: int, name: str, fact: str = "") -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=(ToolCall(name=name, arguments={}),),
+                    metadata={FACT_KEY: fact} if fact else {})  # fmt: skip
+
+    writes = [task(i, ("borrow", "renew")[i % 2]) for i in range(6)]
+    reads = [task(6, "search_books"), task(7, "search_books", "author"), task(8, "get_book")]
+    monkeypatch.setattr(pipeline, "filter_tasks", lambda tasks, **_: (list(tasks), FilterReport()))
+    kept, _, _ = pipeline._filter_preferring_writes([*writes, *reads], descriptions, 6)
+    assert [t.id for t in kept] == ["t0", "t1", "t2", "t7", "t8", "t6"], [t.id for t in kept]
+    assert pipeline._read_share({"borrow": "Lend a copy of a book."}) == pytest.approx(1 / 3)  # a third at least
+
+
 def test_an_id_under_a_number_key_brings_the_call_that_created_it():
     """``create_shipment`` returns ``tracking_number: TRK9``; a task that cancels TRK9 must create it first (a
     fresh world lacks it). The id rule is ``wording.id_argument``'s for every side: the argument, the result."""
