@@ -258,6 +258,38 @@ def test_grpo_gets_the_minutes_left_once_the_gates_predicted_time_is_set_aside(t
     assert none_measured.gate_s(candidates=1) == EPISODE_S * 2 * 4 * 2
 
 
+def test_a_resumed_run_charges_the_time_a_kill_interrupted(tmp_path, monkeypatch):
+    """A phase records its seconds while it runs (``attempts.json``); a rerun after a kill charges them to that
+    phase: its budget shrinks by them and its ``phase_s`` holds them, so --minutes bounds the kill and the rerun."""
+    import time
+
+    from trainers.evolve import adapt
+
+    monkeypatch.setattr(adapt, "HEARTBEAT_S", 0.02)
+    run = _budget_run(tmp_path, minutes=10, rollouts=16, validation=3, phase_s={})
+    seen: dict[str, float] = {}
+
+    def killed(d: Path) -> dict[str, float]:
+        time.sleep(0.1)  # beats recorded while it runs
+        seen["beat"] = json.loads((d / "attempts.json").read_text())[-1]
+        raise KeyboardInterrupt  # the kill
+
+    with pytest.raises(KeyboardInterrupt):
+        run.phase("supervise", killed)
+    assert seen["beat"] >= 0.04
+    (run.dir("supervise") / "attempts.json").write_text(json.dumps([30.0]))  # as a kill after 30 s leaves it
+    rerun = _budget_run(tmp_path, minutes=10, rollouts=16, validation=3, phase_s={})
+    assert rerun.interrupted_s("supervise") == 30.0 and rerun.budget_s("supervise") == 120.0 - 30.0
+
+    def supervised(d: Path) -> dict[str, float]:
+        seen["budget"] = rerun.budget_s("supervise")
+        return {"examples": 1}
+
+    done = rerun.phase("supervise", supervised)
+    assert seen["budget"] == 90.0 and done["interrupted_s"] == 30.0 and 30.0 <= done["phase_s"] < 31.0
+    assert rerun.spent_s() == done["phase_s"]
+
+
 def test_with_no_time_left_grpo_is_skipped_and_the_gate_weighs_the_supervised_adapter_alone(tmp_path):
     from langgraph_evolver.types import Trajectory
     from trainers.evolve import adapt

@@ -4,7 +4,7 @@
         [--agent my_pkg.agent:graph] [--heldout my_tasks.jsonl] [--model_path checkpoints/smollm2-warm]
 
 Phases, each writing its output and a ``done.json`` into ``output_dir/<n>-<phase>/`` (a rerun skips the done
-ones and resumes a partly done GRPO from its last checkpoint):
+ones, resumes a partly done GRPO from its last checkpoint and charges a killed phase's seconds to it):
 
 1. ``synthesize``: self-questioning explores the environment and keeps verified tasks (their references replay);
 2. ``split``: the tasks cut into sft / rl / validation parts, disjoint by task and by (query, calls) signature;
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -119,6 +120,56 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+HEARTBEAT_S = 15.0
+"""How often a running phase records its seconds (``attempts.json``): a kill loses at most this much of them."""
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=2))
+    tmp.rename(path)
+
+
+def _attempts(d: Path) -> list[float]:
+    """The seconds of the earlier, unfinished attempts at the phase in ``d`` (none: ``[]``)."""
+    try:
+        return [float(x) for x in json.loads((d / "attempts.json").read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+class _Heartbeat:
+    """Rewrites ``path`` with ``earlier`` and this attempt's seconds so far, every ``HEARTBEAT_S`` while entered and
+    once on leaving (a phase that raises is charged too; one killed outright, up to its last beat)."""
+
+    def __init__(self, path: Path, earlier: Sequence[float]) -> None:
+        self.path, self.earlier = path, list(earlier)
+        self.started = time.perf_counter()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="adapt-heartbeat", daemon=True)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def _write(self) -> None:
+        _write_json(self.path, [*self.earlier, round(self.elapsed(), 1)])
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            self._write()
+
+    def __enter__(self) -> _Heartbeat:
+        self.started = time.perf_counter()
+        self._write()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._write()
+
+
 class Run:
     """One adapt run's directory, budget and phase bookkeeping."""
 
@@ -130,17 +181,29 @@ class Run:
         self.server_args: list[str] = []
         """More flags for the policy server this run starts (a benchmark's A/B: ``--grounded-ids``)."""
         self.names: dict[str, str] = {}
+        self.earlier: dict[str, float] = {}
+        """Per phase this run started, the seconds earlier runs spent in it before a kill (``interrupted_s``)."""
 
     def budget_s(self, phase: str) -> float:
-        """Seconds ``phase`` may take: its share (``SHARES``), for GRPO the time left once the gate's is set aside.
-        The other phases are sized by their tasks."""
+        """Seconds ``phase`` may take: its share (``SHARES``), for GRPO the time left once the gate's is set aside,
+        less what earlier runs spent in it before a kill (``interrupted_s``). The other phases are sized by their
+        tasks."""
         if phase == "grpo":
-            return self.args.minutes * 60 - self.spent_s() - self.gate_s(candidates=2)
-        return self.args.minutes * 60 * SHARES[phase]
+            return self.args.minutes * 60 - self.spent_s() - self.gate_s(candidates=2) - self.interrupted_s(phase)
+        return max(0.0, self.args.minutes * 60 * SHARES[phase] - self.interrupted_s(phase))
+
+    def interrupted_s(self, phase: str) -> float:
+        """Seconds earlier runs spent in ``phase`` without finishing it: its ``attempts.json``, which a running
+        phase rewrites every ``HEARTBEAT_S`` with its own seconds after those of the attempts before it. A resumed
+        run charges them to the phase (in its budget and its ``phase_s``), so a kill and a rerun take no more of
+        ``--minutes`` than one run would."""
+        if phase in self.earlier:  # the phase is running: its own attempt is not an earlier one
+            return self.earlier[phase]
+        return sum(_attempts(self.dir(phase)))
 
     def spent_s(self) -> float:
-        """Seconds the done phases before the held-out one took (their ``done.json``: a resumed run counts what
-        its earlier runs finished, not the phase a kill interrupted)."""
+        """Seconds the done phases before the held-out one took (their ``done.json``, whose ``phase_s`` holds the
+        attempts a kill interrupted too: ``interrupted_s``)."""
         markers = [self.dir(name) / "done.json" for name in PHASES if name != "heldout"]
         return sum(float(json.loads(m.read_text()).get("phase_s", 0.0)) for m in markers if m.exists())
 
@@ -165,13 +228,17 @@ class Run:
             print(f"adapt: {name}: done before, skipped ({marker})", file=sys.stderr)
             return json.loads(marker.read_text())
         d.mkdir(parents=True, exist_ok=True)
+        earlier = _attempts(d)
+        self.earlier[name] = sum(earlier)
+        beat = _Heartbeat(d / "attempts.json", earlier)  # this attempt's seconds, for a rerun after a kill
         budget = f" (budget {self.budget_s(name) / 60:.1f} min)" if name in SHARES or name == "grpo" else ""
         print(f"adapt: {name}{budget} …", file=sys.stderr)
-        t0 = time.perf_counter()
-        result = {**fn(d), "phase_s": round(time.perf_counter() - t0, 1)}
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        tmp.rename(marker)
+        with beat:
+            out = fn(d)
+        result = {**out, "phase_s": round(beat.elapsed() + sum(earlier), 1)}
+        if earlier:
+            result["interrupted_s"] = round(sum(earlier), 1)
+        _write_json(marker, result)
         return result
 
     def train_keys(self) -> dict[str, Any]:
