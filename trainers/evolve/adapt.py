@@ -229,15 +229,15 @@ class Run:
             return json.loads(marker.read_text())
         d.mkdir(parents=True, exist_ok=True)
         earlier = _attempts(d)
-        self.earlier[name] = sum(earlier)
+        self.earlier[name] = interrupted = sum(earlier)
         beat = _Heartbeat(d / "attempts.json", earlier)  # this attempt's seconds, for a rerun after a kill
         budget = f" (budget {self.budget_s(name) / 60:.1f} min)" if name in SHARES or name == "grpo" else ""
         print(f"adapt: {name}{budget} …", file=sys.stderr)
         with beat:
             out = fn(d)
-        result = {**out, "phase_s": round(beat.elapsed() + sum(earlier), 1)}
+        result = {**out, "phase_s": round(beat.elapsed() + interrupted, 1)}
         if earlier:
-            result["interrupted_s"] = round(sum(earlier), 1)
+            result["interrupted_s"] = round(interrupted, 1)
         _write_json(marker, result)
         return result
 
