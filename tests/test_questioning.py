@@ -488,3 +488,52 @@ def test_a_record_found_only_among_its_owner_s_is_named_by_both():
     assert not any("loan of 'Beloved'" in t.query for t in tasks)
     trajectory.metadata["tool_arguments"] = {"search_loans": ["text"]}  # a search lists loans: none reached
     assert not any("loan of" in t.query for t in synthesize(trajectory))
+
+
+def test_tasks_that_ask_for_several_things_are_at_most_their_share():
+    """People ask for one thing, leaving the lookups to the agent: a task counts its writes and the reads whose
+    result no later call takes an id from (``find_member`` then ``list_loans`` then ``return_book`` is one), and an
+    exploration offers at most ``MULTI_SHARE`` of its sample asking for more ("return loan L2, then return loan L4")."""
+    from langgraph_evolver.questioning.synthesize import INTENTS_KEY, MULTI_SHARE, synthesize
+
+    loans = [{"loan_id": "L2", "book_id": "B106", "title": "Middlemarch", "member_id": "M4"},
+             {"loan_id": "L4", "book_id": "B107", "title": "Beloved", "member_id": "M4"}]  # fmt: skip
+    trajectory = _explored([
+        (ToolCall(name="find_member", arguments={"name": ""}),
+         json.dumps([{"member_id": "M4", "name": "Dev Patel"}, {"member_id": "M1", "name": "Ada Novak"}])),
+        (ToolCall(name="list_loans", arguments={"member_id": "M4"}), json.dumps(loans)),
+        (ToolCall(name="return_book", arguments={"loan_id": "L2"}), '{"loan_id": "L2", "returned": true}'),
+        (ToolCall(name="return_book", arguments={"loan_id": "L4"}), '{"loan_id": "L4", "returned": true}'),
+    ], {"find_member": "Members whose name contains the text.", "list_loans": "A member's open loans.",
+        "return_book": "Check a loan back in; a late return charges a fine."})  # fmt: skip
+    tasks = synthesize(trajectory)
+    by_calls = {tuple(c.name for c in t.reference_solution): t.metadata[INTENTS_KEY] for t in tasks
+                if "fact" not in t.metadata}  # fmt: skip
+    assert by_calls[("find_member", "list_loans", "return_book")] == 1, by_calls
+    assert by_calls[("return_book", "return_book")] == 2 and by_calls[("list_loans", "return_book")] == 1
+    multi = [t for t in tasks if t.metadata[INTENTS_KEY] > 1]
+    assert multi and len(multi) / len(tasks) > MULTI_SHARE  # all of them: more than the share asks for several
+    for seed in range(5):
+        sample = synthesize(trajectory, max_tasks=5, seed=seed)
+        assert len(sample) == 5 and sum(t.metadata[INTENTS_KEY] > 1 for t in sample) == round(5 * MULTI_SHARE)
+
+
+def test_the_store_keeps_tasks_asking_for_several_things_up_to_its_cap(monkeypatch):
+    """Past ``multi_cap`` kept tasks that ask for more than one thing, the others are left out unfiltered (counted
+    with the tool cap's), those kept in earlier explorations counting; within a pool one-thing tasks come first."""
+    from langgraph_evolver.questioning import pipeline
+    from langgraph_evolver.questioning.filters import FilterReport
+    from langgraph_evolver.questioning.synthesize import INTENTS_KEY
+
+    descriptions = {"borrow": "Lend a copy of a book.", "renew": "Extend a loan."}
+
+    def task(i: int, n: int) -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=(ToolCall(name=("borrow", "renew")[i % 2],
+                    arguments={}),), metadata={INTENTS_KEY: n})  # fmt: skip
+
+    pool = [task(0, 2), task(1, 2), task(2, 1), task(3, 2), task(4, 1), task(5, 1)]
+    monkeypatch.setattr(pipeline, "filter_tasks", lambda tasks, **_: (list(tasks), FilterReport()))
+    kept, _, left_out = pipeline._filter_preferring_writes(pool, descriptions, 6, multi_cap=1)
+    assert [t.id for t in kept] == ["t2", "t5", "t4", "t0"] and left_out == 2, [t.id for t in kept]
+    kept, _, left_out = pipeline._filter_preferring_writes(pool, descriptions, 6, multi_cap=1, kept_before=[task(9, 2)])
+    assert all(t.metadata[INTENTS_KEY] == 1 for t in kept) and left_out == 3

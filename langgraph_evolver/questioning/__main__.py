@@ -122,7 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"    {count:4d}  {reason}")
     print(f"  by level: {report.by_level}; phrasing overlap with seed tasks: {report.phrasing_overlap:.3f}")
     print(f"  explorer {report.explorer}, synthesizer {report.synthesizer} {report.synthesizer_stats or ''}")
-    print(f"  {report.state_changing:.0%} of the kept tasks change state")
+    print(
+        f"  {report.state_changing:.0%} of the kept tasks change state, "
+        f"{report.multi_intent:.0%} ask for several things"
+    )
     print(
         f"  stored {added} new tasks in {args.out} ({total} in all)" + (f"; not stored: {dropped}" if dropped else "")
     )

@@ -31,7 +31,7 @@ from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerpri
 from .profile import tool_kind
 from .reach import explain_unreached, next_setup
 from .store import TaskStore
-from .synthesize import SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
+from .synthesize import INTENTS_KEY, MULTI_SHARE, SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer
 
 __all__ = ["MAX_TOOL_SHARE", "PipelineReport", "asynthesize_tasks", "create_synthesis_node", "synthesize_tasks"]
@@ -64,8 +64,12 @@ class PipelineReport:
     """An LLM synthesizer's calls, tokens and fallbacks."""
     initial_states: int = 0
     """Distinct initial states explored (worlds, or states built by ``setup`` calls on a fresh session)."""
+    multi_intent: float = 0.0
+    """Share of the kept tasks that ask for more than one thing (``INTENTS_KEY``; at most ``MULTI_SHARE`` where
+    enough ask for one)."""
     over_cap: int = 0
-    """Candidates left out unfiltered because a tool they are about had its share of the tasks (``MAX_TOOL_SHARE``)."""
+    """Candidates left out unfiltered because a tool they are about had its share of the tasks (``MAX_TOOL_SHARE``),
+    or because the tasks asking for several things had theirs (``MULTI_SHARE``)."""
     unreached: list[dict[str, Any]] = field(default_factory=list)
     """Tools no exploration called without an error, each with what was missing (``explain_unreached``)."""
 
@@ -124,6 +128,7 @@ def _filter_preferring_writes(
     *,
     kept_before: Sequence[Task] = (),
     cap: int | None = None,
+    multi_cap: int | None = None,
     **options: Any,
 ) -> tuple[list[Task], FilterReport, int]:
     """``filter_tasks`` one candidate at a time until ``wanted`` are kept: those that call a write tool first, up to
@@ -131,7 +136,9 @@ def _filter_preferring_writes(
     first, then the other writes. The filters stop at the number wanted (each replay starts a fresh instance: an
     MCP server process). Within each, the tools the tasks are about take turns, those least kept so far
     (``kept_before``) first (``_balanced``). A candidate about a tool already in ``cap`` tasks is left out
-    unfiltered: it is counted in the third value returned, after the kept tasks and the filters' report."""
+    unfiltered: it is counted in the third value returned, after the kept tasks and the filters' report. So is one
+    that asks for more than one thing (``INTENTS_KEY``) once ``multi_cap`` such tasks are kept; within each pool
+    the tasks that ask for one thing come first."""
 
     def key(task: Task) -> frozenset[str]:
         return _tools_of(task, descriptions)
@@ -142,7 +149,10 @@ def _filter_preferring_writes(
         calls = task.reference_solution or ()
         pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
     pools[False].sort(key=lambda t: FACT_KEY not in t.metadata)  # "Who wrote Middlemarch?" before "tell me the books"
-    pools = {writes: _balanced(pool, key, counts) for writes, pool in pools.items()}
+    pools = {writes: [*_balanced([t for t in pool if not _multi(t)], key, counts),
+                      *_balanced([t for t in pool if _multi(t)], key, counts)]
+             for writes, pool in pools.items()}  # fmt: skip
+    multi = sum(map(_multi, kept_before))
     kept: list[Task] = []
     over_cap = 0
     report = FilterReport()
@@ -151,14 +161,21 @@ def _filter_preferring_writes(
         pool = pools[writes]
         while pool and len(kept) < limit:
             task = pool.pop(0)
-            if cap is not None and any(counts[k] >= cap for k in key(task)):
+            if (cap is not None and any(counts[k] >= cap for k in key(task))) or (
+                multi_cap is not None and _multi(task) and multi >= multi_cap
+            ):
                 over_cap += 1
                 continue
             new, batch = filter_tasks([task], **options)
             report = report.merge(batch)
             kept.extend(new)
+            multi += sum(map(_multi, new))
             counts.update(k for t in new for k in key(t))
     return kept, report, over_cap
+
+
+def _multi(task: Task) -> bool:
+    return int(task.metadata.get(INTENTS_KEY, 1)) > 1
 
 
 def _read_share(descriptions: Mapping[str, str]) -> float:
@@ -308,7 +325,8 @@ async def asynthesize_tasks(
             else:
                 descriptions.update(trajectory.metadata.get("tool_descriptions") or {})
                 new, batch, over = _filter_preferring_writes(candidates, descriptions, wanted, kept_before=kept,
-                                                             cap=_tool_cap(n, len(descriptions)), env_factory=factory,
+                                                             cap=_tool_cap(n, len(descriptions)),
+                                                             multi_cap=round(n * MULTI_SHARE), env_factory=factory,
                                                              index=index, fingerprint=fingerprint)  # fmt: skip
                 over_cap += over
             report = report.merge(batch)
@@ -331,6 +349,7 @@ async def asynthesize_tasks(
         phrasing_overlap=round(phrasing_overlap(kept, [*seeds, *held]), 4),
         by_level=dict(sorted(by_level.items())),
         state_changing=round(changing / len(kept), 3) if kept else 0.0,
+        multi_intent=round(sum(map(_multi, kept)) / len(kept), 3) if kept else 0.0,
         seconds=round(time.perf_counter() - started, 2),
         explorer="schema" if explorer is None else f"llm:{model_id(explorer)}",
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,

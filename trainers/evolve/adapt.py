@@ -318,7 +318,8 @@ def _synthesize(run: Run, d: Path) -> dict[str, Any]:
                            f"{[u['tool'] for u in report.unreached] or 'none'}).")  # fmt: skip
     _write_tasks(d / "tasks.jsonl", tasks)
     return {"tasks_synthesized": len(tasks), "explorations": report.explorations,
-            "state_changing": report.state_changing, "filters": report.filters.removed}  # fmt: skip
+            "state_changing": report.state_changing, "multi_intent": report.multi_intent,
+            "filters": report.filters.removed}  # fmt: skip
 
 
 def _split(run: Run, d: Path) -> dict[str, Any]:
