@@ -471,3 +471,21 @@ def test_a_task_s_first_call_is_also_taught_with_the_request_s_values_swapped():
 
     _, refused = supervised_examples(tasks, [], tokenizer, refusing_swaps, swaps=1)
     assert (refused["reference"], refused["swap"], refused["skipped"]) == (5, 0, 4)
+
+
+def test_grpo_is_stopped_as_the_last_step_that_fits_begins():
+    """Library run 9 (session 60): a 974 s budget, steps of about 80 s after a 150 s first one, ran 152 s over.
+    The SIGTERM now comes as the last step that fits begins, so the phase ends inside its budget, and a slow step
+    seen once keeps the estimate slow."""
+    from trainers.evolve.adapt_grpo import last_step
+
+    ends, now = [], 150.0
+    while True:
+        ends.append(now)
+        if last_step(0.0, ends, deadline=974.0):
+            break
+        now += 80.0
+    assert ends[-1] + 80.0 <= 974.0 < ends[-1] + 160.0  # the step begun now ends in time; one more would not
+    assert not last_step(0.0, [150.0, 230.0, 310.0], deadline=974.0)  # 310 + 2 * 80 fits
+    assert last_step(0.0, [150.0, 230.0, 500.0], deadline=974.0)  # a 270 s step: 500 + 2 * 270 does not
+    assert last_step(0.0, [150.0, 230.0, 500.0, 560.0], deadline=974.0)  # the slowest step stays the estimate

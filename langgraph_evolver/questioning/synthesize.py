@@ -155,7 +155,7 @@ B102 to M3" is two)."""
 MULTI_SHARE = 0.2
 """The most of the tasks an exploration offers (``synthesize``'s ``max_tasks``) and the store keeps (the pipeline)
 that ask for more than one thing (``INTENTS_KEY``). People ask for one thing at a time, leaving the lookups to the
-agent: 56 of the 66 hand-written requests of the three example servers do ("Dev Patel is bringing back
+agent: 57 of the 66 hand-written requests of the three example servers do ("Dev Patel is bringing back
 Middlemarch. Check it in.": find_member, list_loans, return_book). A window of the exploration's calls asks for
 several unrelated ones ("Tell me the book Beloved. Next, return Dev Patel's loan of ..."), and such windows were
 about half of what the synthesizer offered."""

@@ -3,9 +3,11 @@
 A child process, as the evolve loop trains (``train.py``): its config is written beside it, it checkpoints
 every step, and a rerun after a kill resumes from the newest complete checkpoint. The time left before the gate
 (``Run.budget_s``) ends it with SIGTERM, which ``trainers.grpo`` answers by finishing the step, saving its
-checkpoint and stopping: the adapter is then ``final/`` when it ran all its steps, else that newest checkpoint.
-With less than ``MIN_GRPO_S`` left the phase does not start (``adapter`` None: the gate weighs the supervised
-adapter alone), or keeps the checkpoint an earlier run left.
+checkpoint and stopping. The SIGTERM comes as a step begins that is the last to fit (``last_step``: the step
+after it would end past the deadline), so the phase ends by its budget rather than a step or two after it. The
+adapter is then ``final/`` when it ran all its steps, else that newest checkpoint. With less than
+``MIN_GRPO_S`` left the phase does not start (``adapter`` None: the gate weighs the supervised adapter alone),
+or keeps the checkpoint an earlier run left.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from langgraph_evolver.errors import EvolverError
 
-__all__ = ["MIN_GRPO_S", "grpo_phase", "newest_adapter"]
+__all__ = ["MIN_GRPO_S", "grpo_phase", "last_step", "newest_adapter"]
 
 MIN_GRPO_S = 180.0
 """Less GRPO time than this (a child's start and two steps on 2 cores) and the phase does not start."""
@@ -36,6 +38,24 @@ def newest_adapter(train_dir: Path) -> tuple[Path, int | None] | None:
         return None
     step, path = max(found)
     return path, step
+
+
+def last_step(started: float, ends: list[float], deadline: float) -> bool:
+    """Whether the step running now, begun at the last of ``ends`` (``started`` before the first), is the last that
+    fits before ``deadline``: the step after it would end past it, at the slowest step time seen (the first counts
+    the child's start, so it is the estimate only until a second step ends).
+
+    Example:
+        >>> last_step(0.0, [100.0, 160.0, 220.0], deadline=330.0), last_step(0.0, [100.0, 160.0], deadline=330.0)
+        (True, False)
+        >>> last_step(0.0, [], deadline=330.0)  # no step ended yet: nothing to go by
+        False
+    """
+    if not ends:
+        return False
+    times = [b - a for a, b in zip([started, *ends], ends, strict=False)]
+    step = max(times[1:]) if len(times) > 1 else times[0]
+    return ends[-1] + 2 * step > deadline
 
 
 def _steps_logged(train_dir: Path) -> int:
@@ -102,12 +122,16 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
     with log.open("a") as handle, tqdm(total=a.grpo_steps, desc="adapt: grpo", unit="step",
                                         disable=a.no_progress) as bar:  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + budget
+        started = time.monotonic()
+        deadline, ends = started + budget, []
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
             if (done := _steps_logged(train_dir)) > bar.n:  # a bar redrawn only on a step (a log line per second)
                 bar.update(done - bar.n)
-        if proc.poll() is None:  # out of time: finish the step, save it, stop
+                ends.append(time.monotonic())
+                if last_step(started, ends, deadline):
+                    break
+        if proc.poll() is None:  # out of time, or the step now running is the last to fit: finish it, save, stop
             proc.terminate()
             try:
                 proc.wait(timeout=600)
