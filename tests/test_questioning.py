@@ -459,6 +459,20 @@ def test_a_record_with_no_name_is_asked_for_by_its_owners_when_it_is_their_only_
     assert not any("Hana Sato's" in t.query for t in named)
 
 
+def _loans_returned(*loans: tuple[str, str, str]):
+    """An exploration of a library: the members listed, Dev Patel's ``loans`` (loan id, book id, title) listed,
+    then loans L2 and L4 checked back in."""
+    listed = [{"loan_id": i, "book_id": b, "title": t, "member_id": "M4"} for i, b, t in loans]
+    return _explored([
+        (ToolCall(name="find_member", arguments={"name": ""}),
+         json.dumps([{"member_id": "M4", "name": "Dev Patel"}, {"member_id": "M1", "name": "Ada Novak"}])),
+        (ToolCall(name="list_loans", arguments={"member_id": "M4"}), json.dumps(listed)),
+        (ToolCall(name="return_book", arguments={"loan_id": "L2"}), '{"loan_id": "L2", "returned": true}'),
+        (ToolCall(name="return_book", arguments={"loan_id": "L4"}), '{"loan_id": "L4", "returned": true}'),
+    ], {"find_member": "Members whose name contains the text.", "list_loans": "A member's open loans.",
+        "return_book": "Check a loan back in; a late return charges a fine."})  # fmt: skip
+
+
 def test_a_record_found_only_among_its_owner_s_is_named_by_both():
     """A loan no read finds by its title, but ``list_loans(member_id)`` lists it and the member is found by name:
     "check Dev Patel's loan of 'Middlemarch' back in", its reference the member's lookup, the listing, the write.
@@ -466,17 +480,7 @@ def test_a_record_found_only_among_its_owner_s_is_named_by_both():
     record, not three with the same title."""
     from langgraph_evolver.questioning.synthesize import synthesize
 
-    loans = [{"loan_id": "L2", "book_id": "B106", "title": "Middlemarch", "member_id": "M4"},
-             {"loan_id": "L4", "book_id": "B107", "title": "Beloved", "member_id": "M4"},
-             {"loan_id": "L7", "book_id": "B107", "title": "Beloved", "member_id": "M4"}]  # fmt: skip
-    trajectory = _explored([
-        (ToolCall(name="find_member", arguments={"name": ""}),
-         json.dumps([{"member_id": "M4", "name": "Dev Patel"}, {"member_id": "M1", "name": "Ada Novak"}])),
-        (ToolCall(name="list_loans", arguments={"member_id": "M4"}), json.dumps(loans)),
-        (ToolCall(name="return_book", arguments={"loan_id": "L2"}), '{"loan_id": "L2", "returned": true}'),
-        (ToolCall(name="return_book", arguments={"loan_id": "L4"}), '{"loan_id": "L4", "returned": true}'),
-    ], {"find_member": "Members whose name contains the text.", "list_loans": "A member's open loans.",
-        "return_book": "Check a loan back in; a late return charges a fine."})  # fmt: skip
+    trajectory = _loans_returned(("L2", "B106", "Middlemarch"), ("L4", "B107", "Beloved"), ("L7", "B107", "Beloved"))
     tasks = synthesize(trajectory)
     named = [t for t in tasks if "Dev Patel's loan of 'Middlemarch'" in t.query]
     assert named, [t.query for t in tasks]
@@ -496,16 +500,7 @@ def test_tasks_that_ask_for_several_things_are_at_most_their_share():
     exploration offers at most ``MULTI_SHARE`` of its sample asking for more ("return loan L2, then return loan L4")."""
     from langgraph_evolver.questioning.synthesize import INTENTS_KEY, MULTI_SHARE, synthesize
 
-    loans = [{"loan_id": "L2", "book_id": "B106", "title": "Middlemarch", "member_id": "M4"},
-             {"loan_id": "L4", "book_id": "B107", "title": "Beloved", "member_id": "M4"}]  # fmt: skip
-    trajectory = _explored([
-        (ToolCall(name="find_member", arguments={"name": ""}),
-         json.dumps([{"member_id": "M4", "name": "Dev Patel"}, {"member_id": "M1", "name": "Ada Novak"}])),
-        (ToolCall(name="list_loans", arguments={"member_id": "M4"}), json.dumps(loans)),
-        (ToolCall(name="return_book", arguments={"loan_id": "L2"}), '{"loan_id": "L2", "returned": true}'),
-        (ToolCall(name="return_book", arguments={"loan_id": "L4"}), '{"loan_id": "L4", "returned": true}'),
-    ], {"find_member": "Members whose name contains the text.", "list_loans": "A member's open loans.",
-        "return_book": "Check a loan back in; a late return charges a fine."})  # fmt: skip
+    trajectory = _loans_returned(("L2", "B106", "Middlemarch"), ("L4", "B107", "Beloved"))
     tasks = synthesize(trajectory)
     by_calls = {tuple(c.name for c in t.reference_solution): t.metadata[INTENTS_KEY] for t in tasks
                 if "fact" not in t.metadata}  # fmt: skip
