@@ -157,8 +157,8 @@ MULTI_SHARE = 0.2
 that ask for more than one thing (``INTENTS_KEY``). People ask for one thing at a time, leaving the lookups to the
 agent: 57 of the 66 hand-written requests of the three example servers do ("Dev Patel is bringing back
 Middlemarch. Check it in.": find_member, list_loans, return_book). A window of the exploration's calls asks for
-several unrelated ones ("Tell me the book Beloved. Next, return Dev Patel's loan of ..."), and such windows were
-about half of what the synthesizer offered."""
+several unrelated ones ("Tell me the book Beloved. Next, return Dev Patel's loan of ..."), and the synthesizer
+offered every window of up to ``max_ops`` calls alike."""
 
 
 def intents(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool]) -> int:
