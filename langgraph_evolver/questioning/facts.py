@@ -115,7 +115,7 @@ def fact_questions(
                     continue
                 fields = sorted(_fields(record, value))
                 templates: tuple[str, ...] = (_POSSESSIVE, *_PLAIN)
-                lookup, name = None, value
+                lookup, name, by_name = None, value, False
             else:
                 if needs - {value}:  # the read needs ids other than this record's
                     continue
@@ -124,10 +124,11 @@ def fact_questions(
                 lookup = find(value, name, key) if fields else None
                 if lookup is None:
                     continue
-                if key is not None:
-                    name, templates = Owned(name, tool_entity(lookup.name)).phrase, _PLAIN
-                else:
+                by_name = key is None  # a record of its own name, not its owner's: its id is asked too
+                if by_name:
                     templates = _TEMPLATES
+                else:
+                    name, templates = Owned(name, tool_entity(lookup.name)).phrase, _PLAIN
             if not fields:
                 continue
             # the lookup, then the read when it needs the id (a search or listing shows the field itself)
@@ -140,7 +141,7 @@ def fact_questions(
                 seen.add((value, field))
                 query = rng.choice(templates).format(name=name, field=field.replace("_", " "), entity=entity)
                 out.append(Fact(query, reference, answer, field, resolves))
-            if lookup is not None and templates is _TEMPLATES and (value, "id") not in seen:
+            if lookup is not None and by_name and (value, "id") not in seen:
                 seen.add((value, "id"))  # the lookup's result shows the id: "What is Chloe Martin's member id?"
                 query = rng.choice(_ID_TEMPLATES).format(name=name, entity=entity)
                 out.append(Fact(query, (lookup,), value, "id", resolves))
