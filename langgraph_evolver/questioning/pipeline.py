@@ -31,7 +31,7 @@ from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerpri
 from .profile import tool_kind
 from .reach import explain_unreached, next_setup
 from .store import TaskStore
-from .synthesize import INTENTS_KEY, MULTI_SHARE, SYNTHESIZER_NAME, Describer, phrasing_overlap, synthesize
+from .synthesize import MULTI_SHARE, SYNTHESIZER_NAME, Describer, asks_several, phrasing_overlap, synthesize
 from .synthesize_llm import LLMSynthesizer
 
 __all__ = ["MAX_TOOL_SHARE", "PipelineReport", "asynthesize_tasks", "create_synthesis_node", "synthesize_tasks"]
@@ -149,10 +149,10 @@ def _filter_preferring_writes(
         calls = task.reference_solution or ()
         pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
     pools[False].sort(key=lambda t: FACT_KEY not in t.metadata)  # "Who wrote Middlemarch?" before "tell me the books"
-    pools = {writes: [*_balanced([t for t in pool if not _multi(t)], key, counts),
-                      *_balanced([t for t in pool if _multi(t)], key, counts)]
+    pools = {writes: [*_balanced([t for t in pool if not asks_several(t)], key, counts),
+                      *_balanced([t for t in pool if asks_several(t)], key, counts)]
              for writes, pool in pools.items()}  # fmt: skip
-    multi = sum(map(_multi, kept_before))
+    multi = sum(map(asks_several, kept_before))
     kept: list[Task] = []
     over_cap = 0
     report = FilterReport()
@@ -162,20 +162,16 @@ def _filter_preferring_writes(
         while pool and len(kept) < limit:
             task = pool.pop(0)
             if (cap is not None and any(counts[k] >= cap for k in key(task))) or (
-                multi_cap is not None and _multi(task) and multi >= multi_cap
+                multi_cap is not None and asks_several(task) and multi >= multi_cap
             ):
                 over_cap += 1
                 continue
             new, batch = filter_tasks([task], **options)
             report = report.merge(batch)
             kept.extend(new)
-            multi += sum(map(_multi, new))
+            multi += sum(map(asks_several, new))
             counts.update(k for t in new for k in key(t))
     return kept, report, over_cap
-
-
-def _multi(task: Task) -> bool:
-    return int(task.metadata.get(INTENTS_KEY, 1)) > 1
 
 
 def _read_share(descriptions: Mapping[str, str]) -> float:
@@ -349,7 +345,7 @@ async def asynthesize_tasks(
         phrasing_overlap=round(phrasing_overlap(kept, [*seeds, *held]), 4),
         by_level=dict(sorted(by_level.items())),
         state_changing=round(changing / len(kept), 3) if kept else 0.0,
-        multi_intent=round(sum(map(_multi, kept)) / len(kept), 3) if kept else 0.0,
+        multi_intent=round(sum(map(asks_several, kept)) / len(kept), 3) if kept else 0.0,
         seconds=round(time.perf_counter() - started, 2),
         explorer="schema" if explorer is None else f"llm:{model_id(explorer)}",
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,

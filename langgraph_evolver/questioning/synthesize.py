@@ -42,8 +42,8 @@ from .wording import (
     record_owners,
 )
 
-__all__ = ["INTENTS_KEY", "MULTI_SHARE", "RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "describe_calls", "intents",
-           "phrasing_overlap", "synthesize"]  # fmt: skip
+__all__ = ["INTENTS_KEY", "MULTI_SHARE", "RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "asks_several",
+           "describe_calls", "intents", "phrasing_overlap", "synthesize"]  # fmt: skip
 
 SYNTHESIZER_NAME = "offline-schema"
 Describer = Callable[[Sequence[tuple[ToolCall, ToolObservation]]], "str | None"]
@@ -178,12 +178,17 @@ def intents(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[
     return max(1, len(pairs) - lookups)
 
 
+def asks_several(task: Task) -> bool:
+    """Whether ``task`` asks for more than one thing (its ``INTENTS_KEY``; a task without it asks for one)."""
+    return int(task.metadata.get(INTENTS_KEY, 1)) > 1
+
+
 def _sample(tasks: list[Task], n: int, seed: int) -> list[Task]:
     """``n`` of ``tasks`` drawn with ``seed``, those asking for more than one thing at most ``MULTI_SHARE`` of them
     (more only where too few ask for one)."""
     rng = random.Random(seed)
-    single = [t for t in tasks if t.metadata.get(INTENTS_KEY, 1) <= 1]
-    multi = [t for t in tasks if t.metadata.get(INTENTS_KEY, 1) > 1]
+    single = [t for t in tasks if not asks_several(t)]
+    multi = [t for t in tasks if asks_several(t)]
     rng.shuffle(single)
     rng.shuffle(multi)
     n_multi = max(min(len(multi), round(n * MULTI_SHARE)), n - len(single))
