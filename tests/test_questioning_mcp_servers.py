@@ -262,9 +262,10 @@ def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
     assert clause(back, "Return a loan; a late return adds a fine.", {}) == "return loan L1"
     one = ToolCall(name="get_book", arguments={"book_id": "B101"})  # "One book" -> "book B101": not the verb
     assert clause(one, "One book: title, author, year.", {}) == "tell me the book B101"
-    everyone = ToolCall(name="find_member", arguments={"name": ""})  # a broad probe names no filter
-    assert clause(everyone, "Members whose name contains the text.", {}) == (
-        "tell me the members whose name contains the text"
+    everyone = ToolCall(name="find_member", arguments={"name": ""})  # a broad probe names no filter: all of them
+    assert clause(everyone, "Members whose name contains the text.", {}) == "tell me all the members"
+    assert clause(ToolCall(name="search_categories", arguments={"query": "", "status": ""}), "Categories.", {}) == (
+        "tell me all the categories"
     )
     info = ToolCall(name="zone_info", arguments={"zone": "old town"})
     assert clause(info, "Fee per month, permit cap and streets for one zone.", {}) == (
@@ -399,7 +400,7 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
         assert ben.answer == answer and "Ben Osei" in ben.query and "M2" not in ben.query and field in ben.query
     book = by_record["B1", "available"]
     assert book.reference == (ToolCall(name="search_books", arguments={"query": "Beloved"}),)  # the search shows it
-    assert book.answer == "2" and "Beloved" in book.query
+    assert book.answer == "2" and book.query == "How many of Beloved are available?"  # not "Beloved's available"
     # the id is asked by the name and answered by the lookup alone ("What is Ben Osei's member id?")
     ben_id, book_id = by_record["M2", "id"], by_record["B1", "id"]
     assert ben_id.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}),) and ben_id.answer == "M2"

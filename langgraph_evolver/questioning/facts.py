@@ -44,6 +44,12 @@ _ENTITY = "Can you find the {field} of the {entity} {name}?"
 _TEMPLATES = (_POSSESSIVE, *_PLAIN, _ENTITY)
 _ID_TEMPLATES = ("What is {name}'s {entity} id?", "What is the {entity} id of {name}?", "Find {name}'s {entity} id.")
 """A record's own id asked by its name ("What is Chloe Martin's member id?"): the answer is in the lookup's result."""
+_COUNT_STATE = "How many of {name} are {field}?"
+"""A count under a state's name (``available``, ``reserved``): "What is Beloved's available?" says nothing a person
+would; "How many of Beloved are available?" has the words people ask with ("How many copies ... are available?")."""
+_COUNT_PLURAL = "How many {field} does {name} have?"
+_STATES = frozenset({"available", "left", "remaining", "free", "open", "active", "pending", "overdue", "due",
+                     "unread", "booked", "reserved", "sold", "instock", "onhand"})  # fmt: skip
 PER_RECORD = 2
 """Fields asked per record and read (drawn with the seed): one per record left most of a record's fields unasked (a
 library run kept 13 questions of 100 tasks), and people ask one fact at a time as often as they order."""
@@ -70,6 +76,25 @@ def _fields(record: dict[str, Any], name: str) -> Iterator[tuple[str, str]]:
         elif isinstance(value, str) and value.strip() and len(value) <= _MAX_TEXT and name not in value:
             if value.strip().lower() != name.lower():
                 yield key, value.strip()
+
+
+def _count_template(field: str, answer: str, rng: random.Random) -> str | None:
+    """How people ask for a whole number: a state's ("How many of Beloved are available?", "How many copies of
+    Beloved are available?" for ``copies_available``) always, a plural noun's ("How many reservations does Beloved
+    have?") half the time (drawn with ``rng``); ``None`` for anything else.
+
+    >>> _count_template("available", "3", random.Random(0)), _count_template("price", "3", random.Random(0))
+    ('How many of {name} are {field}?', None)
+    """
+    if not answer.isdigit():
+        return None
+    words = field.lower().replace("_", " ").split()
+    if len(words) == 1 and (words[0] in _STATES or words[0].endswith(("able", "ible"))) or "".join(words) in _STATES:
+        return _COUNT_STATE
+    plural = [w.endswith("s") and not w.endswith(("ss", "us", "is")) for w in words]
+    if len(words) == 2 and plural[0] and words[1] in _STATES:  # copies_available: "How many copies of X are available?"
+        return f"How many {words[0]} of {{name}} are {words[1]}?"
+    return _COUNT_PLURAL if plural[-1] and len(words) <= 2 and rng.random() < 0.5 else None
 
 
 def _top_records(content: str) -> list[dict[str, Any]]:
@@ -139,7 +164,8 @@ def fact_questions(
                 if (value, field) in seen:
                     continue
                 seen.add((value, field))
-                query = rng.choice(templates).format(name=name, field=field.replace("_", " "), entity=entity)
+                template = _count_template(field, answer, rng) or rng.choice(templates)
+                query = template.format(name=name, field=field.replace("_", " "), entity=entity)
                 out.append(Fact(query, reference, answer, field, resolves))
             if lookup is not None and by_name and (value, "id") not in seen:
                 seen.add((value, "id"))  # the lookup's result shows the id: "What is Chloe Martin's member id?"

@@ -21,6 +21,12 @@ Example:
     ...        {"D1": "Dr Ana Ruiz"})
     'tell me the free slots of doctor D1 (Dr Ana Ruiz)'
 
+A read whose every argument is empty is the explorer's broad search ("Members whose name contains the text" with
+``name=""``): it asks for all of the tool's records, as people do, not for a text it never gives:
+
+    >>> clause(ToolCall(name="find_member", arguments={"name": ""}), "Members whose name contains the text.", {})
+    'tell me all the members'
+
 A record with no name of its own but a person's (a shipment's ``recipient``, an order's ``customer``) goes
 by that person's (``record_owners``): a request that names it says "Jonas Weber's shipment"
 (``Owned``), as people do:
@@ -43,7 +49,7 @@ from typing import Any
 from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
-from .profile import READ_VERBS, WRITE_VERBS, singular, tool_kind
+from .profile import READ_VERBS, WRITE_VERBS, singular, tool_entity, tool_kind
 
 __all__ = [
     "NAME_KEYS",
@@ -154,6 +160,13 @@ def shown_value(arg: str, value: Any, records: Mapping[Any, str], names: Mapping
     return f"'{text}'" if quote else text
 
 
+def plural_noun(noun: str) -> str:
+    """A rough plural of an English noun (``member`` -> ``members``, ``category`` -> ``categories``)."""
+    if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
+        return noun[:-1] + "ies"
+    return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
+
+
 def _article_noun(phrase: str, noun: str, *, plural: bool = True) -> re.Match[str] | None:
     """An article, up to two words and ``noun`` ("a book", "one or more overdue books"): group 1 the words, 2 an s."""
     tail = "(s?)" if plural else ""
@@ -168,6 +181,8 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
     phrase = _first_clause(description or "")
     if not phrase:
         return _from_name(call, records, names, quote=quote)
+    if args and all(v == "" for v in args.values()) and tool_kind(call.name, description) == "read":
+        return f"tell me all the {plural_noun(tool_entity(call.name).replace('_', ' '))}"  # a broad search (see below)
     leading = phrase.split()[0].lower()  # before a value replaces "One book": "book B1" is not the verb "book"
     rest: list[str] = []
     owned: list[str] = []
