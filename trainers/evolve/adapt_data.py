@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from langgraph_evolver.questioning.facts import FACT_KEY
 from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
@@ -99,7 +100,10 @@ def final_answer(task: Task) -> str:
     """The reply that ends a supervised chat of ``task``: its ``answer``; for a read task checked by the values
     its reads returned (``expected_values``: an answer must quote one), those values, the first ``_QUOTED``;
     "Done." for a task checked by its end state. (Ending a read task with "Done." would teach the model to
-    drop what it read: replay scoring gives such an answer nothing.)
+    drop what it read: replay scoring gives such an answer nothing.) A fact question's answer names the field it
+    reports, as the result did (``"available": 1`` -> ``available: 1``): a bare value left the small model
+    nothing to tell the field asked for from the record's id beside it, and adapted models answered ``B105``
+    where the question asked how many copies were available.
 
     Example:
         >>> final_answer(Task(id="t", query="When was Dune published?", metadata={"expected_values": ["1965"]}))
@@ -108,12 +112,15 @@ def final_answer(task: Task) -> str:
         'Done.'
         >>> final_answer(Task(id="t", query="How many?", metadata={"answer": "3"}))
         '3'
+        >>> final_answer(Task(id="t", query="How many are free?", metadata={"answer": "3", "fact": "available"}))
+        'available: 3'
     """
     answer = task.metadata.get("answer")
     if isinstance(answer, list | tuple) and answer:
         return ", ".join(str(a) for a in answer)
     if answer not in (None, "", []):
-        return str(answer)
+        field = task.metadata.get(FACT_KEY)
+        return f"{str(field).replace('_', ' ')}: {answer}" if field else str(answer)
     values = expected_answer(task)
     return f"Here is what I found: {', '.join(values[:_QUOTED])}." if values else "Done."
 
