@@ -390,7 +390,8 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
         tool, key = ("find_member", "name") if value.startswith("M") else ("search_books", "query")
         return ToolCall(name=tool, arguments={key: name})
 
-    facts = fact_questions(pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find, seed=3)
+    names = record_names([obs for _, obs in pairs])
+    facts = fact_questions(pairs, names, lambda n: n == "pay_fine", find, seed=3, id_share=1.0)  # every id asked
     by_record = {(f.resolves[0][1], f.field): f for f in facts}
     # M1's listing row has no field; pay_fine writes; Ben's two fields and Beloved's one, and each record's own id
     assert set(by_record) == {("M2", "fine"), ("M2", "joined"), ("M2", "id"), ("B1", "available"), ("B1", "id")}
@@ -406,14 +407,10 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
     assert ben_id.reference == (ToolCall(name="find_member", arguments={"name": "Ben Osei"}),) and ben_id.answer == "M2"
     assert "member id" in ben_id.query and "Ben Osei" in ben_id.query and "M2" not in ben_id.query
     assert book_id.answer == "B1" and "book id" in book_id.query
-    assert (
-        len(
-            fact_questions(
-                pairs, record_names([obs for _, obs in pairs]), lambda n: n == "pay_fine", find, seed=3, per_record=1
-            )
-        )
-        == 4
-    )  # one field per record, and the ids
+    one = fact_questions(pairs, names, lambda n: n == "pay_fine", find, seed=3, per_record=1, id_share=1.0)
+    assert len(one) == 4  # one field per record, and the ids
+    no_ids = fact_questions(pairs, names, lambda n: n == "pay_fine", find, seed=3, id_share=0.0)
+    assert [f for f in facts if f.field != "id"] == no_ids  # people seldom ask an id: ID_SHARE of the records
 
 
 def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():
