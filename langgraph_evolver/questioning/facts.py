@@ -124,10 +124,9 @@ def fact_questions(
     fields drawn with ``seed``, and for ``id_share`` of the named records (drawn with ``seed``) the record's own id,
     which the lookup by its name shows. A record goes by its name (``records``: ids to names,
     ``wording.record_names``), else by its owner's (``owners``: ids to (key, owner), ``wording.record_owners``;
-    "What is the status of Jonas Weber's shipment?"), else, when the read took
-    its id, by that id ("What is the status of TRK1003?", the read alone). ``find(id, name, key)`` is the lookup
-    that finds the record by its name or by its owner under ``key`` (``None`` when no read of the exploration
-    does)."""
+    "What is the status of Jonas Weber's shipment?"), else, when the read took its id, by that id ("What is the
+    status of TRK1003?", the read alone). ``find(id, name, key)`` is the lookup that finds the record by its name
+    or by its owner under ``key`` (``None`` when no read of the exploration does)."""
     rng = random.Random(seed)
     owners = owners or {}
     out: list[Fact] = []

@@ -160,7 +160,7 @@ def shown_value(arg: str, value: Any, records: Mapping[Any, str], names: Mapping
     return f"'{text}'" if quote else text
 
 
-def plural_noun(noun: str) -> str:
+def _plural_noun(noun: str) -> str:
     """A rough plural of an English noun (``member`` -> ``members``, ``category`` -> ``categories``)."""
     if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
         return noun[:-1] + "ies"
@@ -181,8 +181,8 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
     phrase = _first_clause(description or "")
     if not phrase:
         return _from_name(call, records, names, quote=quote)
-    if args and all(v == "" for v in args.values()) and tool_kind(call.name, description) == "read":
-        return f"tell me all the {plural_noun(tool_entity(call.name).replace('_', ' '))}"  # a broad search (see below)
+    if args and all(v == "" for v in args.values()) and tool_kind(call.name, description) == "read":  # a broad search
+        return f"tell me all the {_plural_noun(tool_entity(call.name).replace('_', ' '))}"
     leading = phrase.split()[0].lower()  # before a value replaces "One book": "book B1" is not the verb "book"
     rest: list[str] = []
     owned: list[str] = []
