@@ -13,7 +13,11 @@ it adds to a plain ReAct loop is what the tiny policy was trained with:
 - ``tools`` runs the turn's calls. With the environment's own tools the whole turn is one
   environment step, so malformed calls (undecodable JSON, arguments that are not an object, an
   unknown tool, wrong arguments) get the environment's exact error observation and the rollout
-  goes on; an unparseable ``<tool_call>`` block gets a feedback turn saying how to write a call.
+  goes on; an unparseable ``<tool_call>`` block gets a feedback turn saying how to write a call;
+- with ``repeat_guard``, a turn that only repeats calls already made in this user turn is not run again: each
+  call gets an error observation saying its result is above (``repeat_note``). Small models loop on one read
+  (15 of 40 fact-question episodes of an adapted SmolLM2 repeated ``get_book`` until the turn limit). A call
+  that failed may be repeated once another call has succeeded since (the state it failed on may have changed).
 
 Stops when the model answers without tool calls or after ``max_turns`` LLM calls. A multi-turn
 environment answers the answer with its next user message; the rollout runner then invokes the
@@ -35,6 +39,7 @@ names modules to import first, so custom environments are registered. Example:
 from __future__ import annotations
 
 import functools
+import json
 import operator
 import os
 from collections.abc import Sequence
@@ -59,13 +64,71 @@ from langgraph_evolver.served_graph import create_episode_graph
 from langgraph_evolver.tracing import trace_tool_calls
 from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
-__all__ = ["AgentState", "create_agent_graph", "environment_input", "find_task", "graph", "reference_agent"]
+__all__ = ["AgentState", "create_agent_graph", "environment_input", "find_task", "graph", "reference_agent",
+           "repeat_note", "repeated_calls"]  # fmt: skip
 
 DEFAULT_MAX_TURNS = 10
 PARSE_ERROR_FEEDBACK = (
     'Error: your tool call could not be parsed. Write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
     "with valid JSON."
 )
+
+
+def repeat_note(name: str, *, failed: bool) -> str:
+    """The observation of a call ``repeat_guard`` does not run again (``failed``: its first run was an error).
+
+    Example:
+        >>> repeat_note("get_book", failed=False)
+        'Error: you already called get_book with these arguments and its result is above. Answer from it, or ...'
+    """
+    if failed:
+        return (f"Error: you already called {name} with these arguments and it failed (see above). Change the "
+                "arguments or make a different call.")  # fmt: skip
+    return (f"Error: you already called {name} with these arguments and its result is above. Answer from it, or "
+            "make a different call.")  # fmt: skip
+
+
+def _call_key(name: str, args: Any) -> str:
+    return f"{name}:{json.dumps(args, sort_keys=True, default=str)}"
+
+
+def repeated_calls(messages: Sequence[AnyMessage], ai: AIMessage) -> list[bool] | None:
+    """For a turn ``ai`` whose every call repeats one made earlier in this user turn (after the last request of
+    ``messages``), whether each call's earlier run failed; ``None`` when any call is new, or repeats a failed
+    call after some call succeeded (the state it failed on may have changed: run it).
+
+    Example:
+        >>> call = {"name": "get_book", "args": {"book_id": "B1"}, "id": "a"}
+        >>> seen = [HumanMessage("How many?"), AIMessage("", tool_calls=[call]), ToolMessage("{}", tool_call_id="a")]
+        >>> repeated_calls(seen, AIMessage("", tool_calls=[{**call, "id": "b"}]))
+        [False]
+        >>> repeated_calls(seen, AIMessage("", tool_calls=[{**call, "args": {"book_id": "B2"}}])) is None
+        True
+    """
+    if not ai.tool_calls or ai.invalid_tool_calls:
+        return None
+    start = max((i for i, m in enumerate(messages)
+                 if isinstance(m, HumanMessage) and m.content != PARSE_ERROR_FEEDBACK), default=-1)  # fmt: skip
+    runs: dict[str, tuple[int, bool]] = {}  # call key -> (position of its last observation, failed)
+    statuses: list[str] = []  # each observation's status, in order
+    pending: list[str] = []  # the keys of the last AI turn's calls, matched to its observations in order
+    for m in messages[start + 1 :]:
+        if isinstance(m, AIMessage) and m is not ai:
+            pending = [_call_key(c["name"], c["args"]) for c in m.tool_calls]
+        elif isinstance(m, ToolMessage):
+            if pending:
+                runs[pending.pop(0)] = (len(statuses), m.status == "error")
+            statuses.append(m.status)
+    out = []
+    for c in ai.tool_calls:
+        run = runs.get(_call_key(c["name"], c["args"]))
+        if run is None:
+            return None
+        at, failed = run
+        if failed and any(status != "error" for status in statuses[at + 1 :]):
+            return None
+        out.append(failed)
+    return out
 
 
 class AgentState(TypedDict, total=False):
@@ -138,6 +201,7 @@ def create_agent_graph(
     context_template: str | ContextTemplate = "causal",
     context_options: dict[str, Any] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
+    repeat_guard: bool = False,
     name: str = "agent",
 ):
     """Compile the agent for ``model`` (a chat model, or an ``init_chat_model`` string).
@@ -149,6 +213,8 @@ def create_agent_graph(
             ``managing`` (adds the ``manage_context`` node) or a callable.
         context_options: The template's options, e.g. ``{"window": 2}`` for ``sliding``.
         max_turns: Maximum policy calls per run, i.e. per user turn (context-management calls not counted).
+        repeat_guard: Don't run a turn that only repeats calls made earlier in this user turn; each call gets
+            ``repeat_note`` as its (error) observation instead (``repeated_calls`` says when).
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -198,6 +264,11 @@ def create_agent_graph(
 
     async def act(state: AgentState) -> dict[str, Any]:
         ai: AIMessage = state["messages"][-1]
+        repeats = repeated_calls(state["messages"], ai) if repeat_guard else None
+        if repeats is not None:  # not run again: the environment is not stepped
+            calls = zip(calls_of(ai, state.get("turn", 0)), repeats, strict=True)
+            return {"messages": [ToolMessage(repeat_note(c.name, failed=failed), tool_call_id=c.id, name=c.name,
+                                             status="error") for c, failed in calls]}  # fmt: skip
         if ai.tool_calls or ai.invalid_tool_calls:
             return {"messages": await _run_tools(tools_now(), ai, state.get("turn", 0))}
         return {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)]}  # an unparseable <tool_call> block
@@ -241,11 +312,12 @@ def reference_agent(
     context_template: str | ContextTemplate = "causal",
     context_options: dict[str, Any] | None = None,
     max_turns: int = DEFAULT_MAX_TURNS,
+    repeat_guard: bool = False,
 ) -> AgentSpec:
     """Our agent as an ``AgentSpec``: built per rollout with the policy and the environment's tools."""
     get_context_template(context_template, **(context_options or {}))  # a bad name or option fails here
     build = functools.partial(create_agent_graph, context_template=context_template, context_options=context_options,
-                              max_turns=max_turns)  # fmt: skip
+                              max_turns=max_turns, repeat_guard=repeat_guard)  # fmt: skip
     return AgentSpec(build=build, to_input=environment_input, name="agent", applies_context=True)
 
 

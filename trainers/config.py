@@ -235,6 +235,11 @@ class EvolverGRPOConfig(GRPOConfig):
     # -- rollouts ------------------------------------------------------------------------------
     rollout_concurrency: int = field(default=64, metadata={"help": "Agent graphs running at once during rollouts."})
     max_turns: int = field(default=10, metadata={"help": "LLM calls per rollout before it is stopped."})
+    repeat_guard: bool = field(
+        default=False,
+        metadata={"help": "Our agent does not run a turn that only repeats calls of this user turn; each call gets "
+                  "an error observation saying its result is above (graphs/agent.py; adapt turns it on)."},
+    )  # fmt: skip
     context_template: str = field(
         default="causal",
         metadata={"help": "How the agent's history becomes each prompt: causal, reasoning, sliding, managing (or a "
@@ -448,7 +453,7 @@ class EvolverGRPOConfig(GRPOConfig):
         if not (self.agent or self.agent_input or self.reward_fn):
             return _reference_agent(self)
         key = (self.agent, self.agent_input, self.reward_fn, self.context_template,
-               json.dumps(self.context_options, sort_keys=True), self.max_turns)  # fmt: skip
+               json.dumps(self.context_options, sort_keys=True), self.max_turns, self.repeat_guard)  # fmt: skip
         if key not in _AGENTS:
             from langgraph_evolver.agent_spec import as_agent
 
@@ -596,4 +601,4 @@ def _reference_agent(cfg: Any) -> Any:
     from graphs.agent import reference_agent
 
     return reference_agent(context_template=cfg.context_template, context_options=cfg.context_options,
-                           max_turns=cfg.max_turns)  # fmt: skip
+                           max_turns=cfg.max_turns, repeat_guard=getattr(cfg, "repeat_guard", False))  # fmt: skip

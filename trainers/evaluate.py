@@ -308,6 +308,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "with the same seed (common random numbers); default: unseeded")  # fmt: skip
     p.add_argument("--max_tokens", type=int, default=128)
     p.add_argument("--max_turns", type=int, default=10)
+    p.add_argument("--repeat_guard", action="store_true",
+                   help="our agent does not run a turn that only repeats calls it made (as trainers.evolve adapt "
+                   "plays it)")  # fmt: skip
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--server_threads", type=int, default=None,
                    help="torch threads of the local server (1 for paired figures: one float rounding)")  # fmt: skip
@@ -454,12 +457,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.output_dir)
     try:
         agent = None
-        if args.agent or args.agent_input or args.reward:
+        if args.agent or args.agent_input or args.reward or args.repeat_guard:
             from graphs.agent import reference_agent
             from langgraph_evolver.agent_spec import as_agent
 
-            agent = as_agent(args.agent or reference_agent(max_turns=args.max_turns), to_input=args.agent_input,
-                             reward=args.reward)  # fmt: skip
+            ours = reference_agent(max_turns=args.max_turns, repeat_guard=args.repeat_guard)
+            agent = as_agent(args.agent or ours, to_input=args.agent_input, reward=args.reward)
         tasks = select_tasks(load_tasks(args.env, args.split, args.task_store), args.categories, args.limit)
         if not tasks:
             raise EvolverError(no_tasks_message(args.env, args.split, args.categories))

@@ -111,6 +111,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--no_strict_tools", dest="strict_tools", action="store_false",
                    help="sample tool calls unconstrained (the runs before session 58)")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
+    p.add_argument("--repeat_guard", action="store_true", default=True,
+                   help="(the default) the reference agent does not run a turn that only repeats its calls (the call "
+                   "gets an error saying its result is above), and the supervised chats teach answering after that "
+                   "error (graphs/agent.py, docs/your-domain.md)")  # fmt: skip
+    p.add_argument("--no_repeat_guard", dest="repeat_guard", action="store_false",
+                   help="run repeated calls again, teach no repeat chats (the runs before session 63)")  # fmt: skip
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
     p.add_argument("--stop_after", choices=PHASES, default=None, help="stop once this phase is done (resume later)")
@@ -245,8 +251,9 @@ class Run:
         """The keys rollouts share with training (``evaluation.grpo_config`` reads them)."""
         a = self.args
         return {"model_name_or_path": a.model_path, "env_id": a.env, "agent": a.agent, "max_turns": a.max_turns,
-                "max_completion_length": a.max_completion_length, "temperature": 1.0, "rollout_concurrency": 16,
-                "level_weights": "", "report_to": [], "policy_server_strict_tools": a.strict_tools}  # fmt: skip
+                "repeat_guard": a.repeat_guard, "max_completion_length": a.max_completion_length, "temperature": 1.0,
+                "rollout_concurrency": 16, "level_weights": "", "report_to": [],
+                "policy_server_strict_tools": a.strict_tools}  # fmt: skip
 
     def model(self, adapter: Path | None) -> str:
         """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once)."""
