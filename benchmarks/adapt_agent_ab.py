@@ -4,7 +4,7 @@ and seeded.
 
     python benchmarks/adapt_agent_ab.py --run runs/r62/adapt-library-11 --out runs/r63/ab-guard \\
         --env "mcp:python examples/mcp_servers/library.py" --model_path checkpoints/smollm2-warm-doc \\
-        --a "--no_repeat_guard" --b ""   # ~15 min
+        --a=--no_repeat_guard --b=   # ~15 min
 
 Nothing is trained: the two sides differ only in the flags that shape the episodes (the agent, its turn limit,
 the policy server's strict tools). Validation only: the held-out tasks are not read. Ends with one JSON line:

@@ -376,6 +376,30 @@ def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_its_name_pas
     assert tools  # the server's tools, as the agent sees them
 
 
+def test_a_task_is_also_taught_as_the_answer_after_a_refused_repeat_of_its_last_call():
+    """Adapted models repeated a read until the turn limit; the agent's ``repeat_guard`` refuses such a turn, and
+    the chat that repeats the reference's last call (out of the loss), gets the guard's exact refusal and then
+    answers teaches what comes after it. A task without calls has no such chat."""
+    from graphs.agent import repeat_note
+    from trainers.evolve.adapt_data import repeat_chat
+
+    lookup = ToolCall(name="search_people", arguments={"query": "Grace Hopper"})
+    task = Task(id="r", query="What is Grace Hopper's id?", env=SEARCH, reference_solution=(lookup,),
+                metadata={"answer": "P8"})  # fmt: skip
+    env = environment_factory(SEARCH)(task)
+    try:
+        messages, tools = repeat_chat(env, task)
+        assert repeat_chat(env, dataclasses.replace(task, reference_solution=())) is None
+    finally:
+        env.close()
+    turns = [m for m in messages if m["role"] != "system"][1:]  # after the request
+    calls = [(m["tool_calls"][0]["function"]["name"], m.get("weight", 1)) for m in turns if m.get("tool_calls")]
+    assert calls == [("search_people", 1), ("search_people", 0)]  # the repeat is out of the loss
+    results = [m["content"] for m in turns if m["role"] == "tool"]
+    assert "P8" in results[0] and results[1] == repeat_note("search_people", failed=False)
+    assert turns[-1] == {"role": "assistant", "content": "P8"} and tools
+
+
 def test_every_task_is_also_taught_as_the_way_back_from_a_mistake():
     """Supervised on clean references only, the adapted sheets model answered right after its first error in 38
     of 88 held-out episodes (a made-up tool, a value left out). Each sft task is also taught begun with such a

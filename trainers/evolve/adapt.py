@@ -383,7 +383,8 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     others = [t for part in ("rl", "validation") for t in tasks_file(run.dir("split") / f"{part}.jsonl")]
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
                                            seed=run.args.seed, with_mistakes=run.args.mistake_chats,
-                                           swaps=run.args.swap_chats, others=others)  # fmt: skip
+                                           swaps=run.args.swap_chats, others=others,
+                                           repeats=run.args.repeat_guard)  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
@@ -391,7 +392,7 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
                          max_steps=run.args.sft_steps, progress=not run.args.no_progress)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
             "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
-            "skipped": counts["skipped"],
+            "from_repeats": counts["repeat"], "skipped": counts["skipped"],
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
@@ -527,6 +528,7 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "sft_recoveries": results["supervise"].get("from_recoveries", 0),  # absent in a supervise done before
         "sft_mistakes": results["supervise"].get("from_mistakes", 0),
         "sft_swaps": results["supervise"].get("from_swaps", 0),
+        "sft_repeats": results["supervise"].get("from_repeats", 0),
         "grpo_steps": results["grpo"]["grpo_steps"],
         "validation_before": gate["before"],
         "validation_after": gate["after"],

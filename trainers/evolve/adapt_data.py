@@ -10,7 +10,9 @@ model's chat template, as ``trainers.warm_start`` does), ending with the answer 
 (``final_answer``). A task that names records ("lend 'Beloved' to 'Ada
 Novak'") is taught twice: as its reference, and as the recovery from the call a model makes without looking
 the records up (``recovery_chat``: the names where the ids go and the server's real error, out of the loss,
-then the lookups and the calls).
+then the lookups and the calls). With ``repeats`` every task taught by its reference is also taught as the
+answer after a repeated call (``repeat_chat``): the agent's ``repeat_guard`` refuses a turn that only repeats
+calls, and the model learns what comes after that refusal.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
 __all__ = ["PARTS", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes", "recovery_chat",
-           "reference_chat", "signature", "split_tasks", "supervised_examples", "swap_values", "swapped_tasks",
-           "train_lora"]  # fmt: skip
+           "reference_chat", "repeat_chat", "signature", "split_tasks", "supervised_examples", "swap_values",
+           "swapped_tasks", "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -138,6 +140,29 @@ def reference_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dic
     messages, tools = list(obs.messages), list(obs.tools)
     for i, call in enumerate(task.reference_solution or ()):
         _step(env, messages, f"call_{i}", call)
+    messages.append({"role": "assistant", "content": final_answer(task)})
+    return messages, tools
+
+
+def repeat_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The chat of ``task`` solved by its reference, its last call then made again (that turn weighted 0, out of
+    the loss) and refused as the agent's ``repeat_guard`` refuses it (``graphs.agent.repeat_note``, an error),
+    then the answer: adapted models repeated a read until the turn limit (15 of 40 fact-question episodes of
+    library run 11), and the refusal is only worth something when the model answers after it. ``None`` for a
+    task without calls."""
+    from graphs.agent import repeat_note
+
+    reference = list(task.reference_solution or ())
+    if not reference:
+        return None
+    obs = env.reset(task)
+    messages, tools = list(obs.messages), list(obs.tools)
+    last = None
+    for i, call in enumerate(reference):
+        last = _step(env, messages, f"call_{i}", call)
+    messages.append({**_assistant_call("call_again", reference[-1]), "weight": 0})
+    messages.append({"role": "tool", "tool_call_id": "call_again",
+                     "content": repeat_note(reference[-1].name, failed=bool(last and last.is_error))})  # fmt: skip
     messages.append({"role": "assistant", "content": final_answer(task)})
     return messages, tools
 
@@ -305,10 +330,10 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
                         env_factory: Callable[[Task], Any], *, max_length: int = 2048, seed: int = 0,
-                        with_mistakes: bool = False, swaps: int = 0, others: Sequence[Task] = ()
-                        ) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
+                        with_mistakes: bool = False, swaps: int = 0, others: Sequence[Task] = (),
+                        repeats: bool = False) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``,
-    ``recovery``, ``mistake``, ``swap``, ``skipped``).
+    ``recovery``, ``mistake``, ``swap``, ``repeat``, ``skipped``).
 
     A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
     its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). With
@@ -317,7 +342,8 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     many times as its first call with the request's values swapped (``swapped_tasks`` over the values the sft
     references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``).
     A reference that no longer replays (the tool raised) is skipped, not taught; so is a swap chat whose request
-    does not render, alone (each counted in ``skipped``).
+    does not render, alone (each counted in ``skipped``). With ``repeats`` it is also taught as the answer after
+    a refused repeat of its last call (``repeat_chat``; counted in ``repeat``).
     """
     from trainers.tiny import encode_example
 
@@ -327,7 +353,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
         if (t.reward or 0.0) >= 1.0 and t.task.id not in solved:
             solved[t.task.id] = t
     examples: list[tuple[list[int], list[int]]] = []
-    counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "swap": 0, "skipped": 0}
+    counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "swap": 0, "repeat": 0, "skipped": 0}
     values = swap_values(tasks) if swaps else {}
     avoid = {folded(t.query) for t in [*tasks, *others]}
     for task in tasks:
@@ -340,7 +366,8 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
             env = env_factory(task)
             try:
                 chats = [("reference", reference_chat(env, task)), ("recovery", recovery_chat(env, task)),
-                         ("mistake", mistake_chat(env, task, rng) if with_mistakes else None)]  # fmt: skip
+                         ("mistake", mistake_chat(env, task, rng) if with_mistakes else None),
+                         ("repeat", repeat_chat(env, task) if repeats else None)]  # fmt: skip
                 made = swapped_tasks(task, values, rng, swaps, avoid)
                 avoid |= {folded(t.query) for t in made}
                 for swapped in made:  # one that fails to render costs itself only, not the task's reference
