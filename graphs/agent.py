@@ -14,10 +14,12 @@ it adds to a plain ReAct loop is what the tiny policy was trained with:
   environment step, so malformed calls (undecodable JSON, arguments that are not an object, an
   unknown tool, wrong arguments) get the environment's exact error observation and the rollout
   goes on; an unparseable ``<tool_call>`` block gets a feedback turn saying how to write a call;
-- with ``repeat_guard``, a turn that only repeats calls already made in this user turn is not run again: each
-  call gets an error observation saying its result is above (``repeat_note``). Small models loop on one read
-  (15 of 40 fact-question episodes of an adapted SmolLM2 repeated ``get_book`` until the turn limit). A call
-  that failed may be repeated once another call has succeeded since (the state it failed on may have changed).
+- with ``repeat_guard``, a call that repeats one made earlier in this user turn (same name and arguments) and
+  gets the same result has ``repeat_note`` added to its observation: "You called get_book with these arguments
+  before and got this same result: answer from it, or make a different call." Small models loop on one read
+  (15 of 40 fact-question episodes of an adapted SmolLM2 repeated ``get_book`` until the turn limit). The call
+  still runs and its result is still shown: refusing it instead (an error, the result left out) cost an adapted
+  library model 0.08 on validation, more episodes looping to the turn limit (docs/your-domain.md).
 
 Stops when the model answers without tool calls or after ``max_turns`` LLM calls. A multi-turn
 environment answers the answer with its next user message; the rollout runner then invokes the
@@ -38,6 +40,7 @@ names modules to import first, so custom environments are registered. Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import operator
@@ -65,7 +68,7 @@ from langgraph_evolver.tracing import trace_tool_calls
 from langgraph_evolver.types import Action, Observation, Task, ToolCall, ToolObservation
 
 __all__ = ["AgentState", "create_agent_graph", "environment_input", "find_task", "graph", "reference_agent",
-           "repeat_note", "repeated_calls"]  # fmt: skip
+           "earlier_results", "repeat_note", "with_repeat_note"]  # fmt: skip
 
 DEFAULT_MAX_TURNS = 10
 PARSE_ERROR_FEEDBACK = (
@@ -74,61 +77,48 @@ PARSE_ERROR_FEEDBACK = (
 )
 
 
-def repeat_note(name: str, *, failed: bool) -> str:
-    """The observation of a call ``repeat_guard`` does not run again (``failed``: its first run was an error).
+def repeat_note(name: str) -> str:
+    """What ``repeat_guard`` adds to a result that repeats the one an earlier, identical call of ``name`` got.
 
     Example:
-        >>> repeat_note("get_book", failed=False)
-        'Error: you already called get_book with these arguments and its result is above. Answer from it, or ...'
+        >>> repeat_note("get_book")
+        'You called get_book with these arguments before and got this same result: answer from it, or make a ...'
     """
-    if failed:
-        return (f"Error: you already called {name} with these arguments and it failed (see above). Change the "
-                "arguments or make a different call.")  # fmt: skip
-    return (f"Error: you already called {name} with these arguments and its result is above. Answer from it, or "
-            "make a different call.")  # fmt: skip
+    return (f"You called {name} with these arguments before and got this same result: answer from it, or make a "
+            "different call.")  # fmt: skip
+
+
+def with_repeat_note(content: str, name: str) -> str:
+    """``content`` (a tool result) followed by ``repeat_note``: the observation of a call that repeats an earlier
+    one and got the same result."""
+    return f"{content}\n\n{repeat_note(name)}"
 
 
 def _call_key(name: str, args: Any) -> str:
     return f"{name}:{json.dumps(args, sort_keys=True, default=str)}"
 
 
-def repeated_calls(messages: Sequence[AnyMessage], ai: AIMessage) -> list[bool] | None:
-    """For a turn ``ai`` whose every call repeats one made earlier in this user turn (after the last request of
-    ``messages``), whether each call's earlier run failed; ``None`` when any call is new, or repeats a failed
-    call after some call succeeded (the state it failed on may have changed: run it).
+def earlier_results(messages: Sequence[AnyMessage], ai: AIMessage) -> list[str | None]:
+    """For each call of ``ai``, the result the same call (name and arguments) last got in this user turn (after
+    the last request of ``messages``, the note of a repeat left out), ``None`` when it was not made.
 
     Example:
         >>> call = {"name": "get_book", "args": {"book_id": "B1"}, "id": "a"}
         >>> seen = [HumanMessage("How many?"), AIMessage("", tool_calls=[call]), ToolMessage("{}", tool_call_id="a")]
-        >>> repeated_calls(seen, AIMessage("", tool_calls=[{**call, "id": "b"}]))
-        [False]
-        >>> repeated_calls(seen, AIMessage("", tool_calls=[{**call, "args": {"book_id": "B2"}}])) is None
-        True
+        >>> earlier_results(seen, AIMessage("", tool_calls=[{**call, "id": "b"}, {**call, "args": {"book_id": "B2"}}]))
+        ['{}', None]
     """
-    if not ai.tool_calls or ai.invalid_tool_calls:
-        return None
     start = max((i for i, m in enumerate(messages)
                  if isinstance(m, HumanMessage) and m.content != PARSE_ERROR_FEEDBACK), default=-1)  # fmt: skip
-    runs: dict[str, tuple[int, bool]] = {}  # call key -> (position of its last observation, failed)
-    statuses: list[str] = []  # each observation's status, in order
+    results: dict[str, str] = {}
     pending: list[str] = []  # the keys of the last AI turn's calls, matched to its observations in order
     for m in messages[start + 1 :]:
         if isinstance(m, AIMessage) and m is not ai:
             pending = [_call_key(c["name"], c["args"]) for c in m.tool_calls]
-        elif isinstance(m, ToolMessage):
-            if pending:
-                runs[pending.pop(0)] = (len(statuses), m.status == "error")
-            statuses.append(m.status)
-    out = []
-    for c in ai.tool_calls:
-        run = runs.get(_call_key(c["name"], c["args"]))
-        if run is None:
-            return None
-        at, failed = run
-        if failed and any(status != "error" for status in statuses[at + 1 :]):
-            return None
-        out.append(failed)
-    return out
+        elif isinstance(m, ToolMessage) and pending:
+            key, content = pending.pop(0), message_text(m)
+            results[key] = content.split("\n\n" + repeat_note(m.name or ""))[0] if m.name else content
+    return [results.get(_call_key(c["name"], c["args"])) for c in ai.tool_calls]
 
 
 class AgentState(TypedDict, total=False):
@@ -154,8 +144,10 @@ def _to_lc_message(message: dict[str, Any]) -> AnyMessage:
     raise ConfigError(f"Environments open with system/user messages; got role {role!r}.")
 
 
-async def _run_tools(tools: Sequence[BaseTool], ai: AIMessage, turn: int) -> list[ToolMessage]:
-    """Execute the turn's tool calls; errors become error observations, never exceptions."""
+async def _run_tools(tools: Sequence[BaseTool], ai: AIMessage, turn: int,
+                     earlier: Sequence[str | None] = ()) -> list[ToolMessage]:  # fmt: skip
+    """Execute the turn's tool calls; errors become error observations, never exceptions. A result equal to
+    its call's ``earlier`` one (``earlier_results``) gets ``repeat_note``."""
     calls = calls_of(ai, turn)
     rollout = current_rollout()
     by_name = {t.name: t for t in tools}
@@ -166,14 +158,20 @@ async def _run_tools(tools: Sequence[BaseTool], ai: AIMessage, turn: int) -> lis
                     result = await rollout.env.astep(Action(tool_calls=tuple(calls), content=message_text(ai) or None))
             except Exception as e:
                 raise EnvironmentFailure(f"environment step failed: {type(e).__name__}: {e}") from e
-            observations = list(result.observations)
+            observations = _noted(list(result.observations), earlier)
             record(observations)
     else:
-        observations = [await _run_one(by_name, c) for c in calls]
+        observations = _noted([await _run_one(by_name, c) for c in calls], earlier)
     return [
         ToolMessage(o.content, tool_call_id=c.id, name=o.name or c.name, status="error" if o.is_error else "success")
         for c, o in zip(calls, observations, strict=False)
     ]
+
+
+def _noted(observations: list[ToolObservation], earlier: Sequence[str | None]) -> list[ToolObservation]:
+    padded = [*earlier, *[None] * len(observations)]
+    return [dataclasses.replace(o, content=with_repeat_note(o.content, o.name)) if o.name and o.content == before
+            else o for o, before in zip(observations, padded, strict=False)]  # fmt: skip
 
 
 async def _run_one(tools: dict[str, BaseTool], call: ToolCall) -> ToolObservation:
@@ -213,8 +211,8 @@ def create_agent_graph(
             ``managing`` (adds the ``manage_context`` node) or a callable.
         context_options: The template's options, e.g. ``{"window": 2}`` for ``sliding``.
         max_turns: Maximum policy calls per run, i.e. per user turn (context-management calls not counted).
-        repeat_guard: Don't run a turn that only repeats calls made earlier in this user turn; each call gets
-            ``repeat_note`` as its (error) observation instead (``repeated_calls`` says when).
+        repeat_guard: A call that repeats one of this user turn and gets the same result has ``repeat_note``
+            added to its observation (``earlier_results``).
     """
     if max_turns < 1:
         raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
@@ -264,13 +262,9 @@ def create_agent_graph(
 
     async def act(state: AgentState) -> dict[str, Any]:
         ai: AIMessage = state["messages"][-1]
-        repeats = repeated_calls(state["messages"], ai) if repeat_guard else None
-        if repeats is not None:  # not run again: the environment is not stepped
-            calls = zip(calls_of(ai, state.get("turn", 0)), repeats, strict=True)
-            return {"messages": [ToolMessage(repeat_note(c.name, failed=failed), tool_call_id=c.id, name=c.name,
-                                             status="error") for c, failed in calls]}  # fmt: skip
         if ai.tool_calls or ai.invalid_tool_calls:
-            return {"messages": await _run_tools(tools_now(), ai, state.get("turn", 0))}
+            earlier = earlier_results(state["messages"], ai) if repeat_guard else []
+            return {"messages": await _run_tools(tools_now(), ai, state.get("turn", 0), earlier)}
         return {"messages": [HumanMessage(PARSE_ERROR_FEEDBACK)]}  # an unparseable <tool_call> block
 
     async def after_agent(state: AgentState) -> Literal["tools", "__end__"]:

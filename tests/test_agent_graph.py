@@ -7,7 +7,7 @@ import asyncio
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from env_tools.sandbox import SandboxEnvironment, seed_tasks
-from graphs.agent import create_agent_graph, repeat_note, repeated_calls
+from graphs.agent import create_agent_graph, earlier_results, repeat_note, with_repeat_note
 from langgraph_evolver.batch import arun_rollouts, run_rollouts
 from langgraph_evolver.testing import ReferencePolicy, ScriptedChatModel
 from langgraph_evolver.types import Trajectory
@@ -183,19 +183,18 @@ class Counted(SandboxEnvironment):
         return super().step(action)
 
 
-def test_the_repeat_guard_does_not_run_a_repeated_call_again_and_says_its_result_is_above():
-    """Adapted small models loop on one read until the turn limit. With ``repeat_guard`` a turn that only repeats
-    a call of this user turn is not run again (the environment is not stepped): the call gets an error saying
-    its result is above. A failed call may be repeated once another call has succeeded since (the state it
-    failed on may have changed); without the guard every call runs."""
+def test_the_repeat_guard_notes_a_repeated_call_s_unchanged_result():
+    """Adapted small models loop on one read until the turn limit. With ``repeat_guard`` a call that repeats one
+    of this user turn still runs, and when its result is the same as before the observation says so: answer from
+    it, or make a different call. A repeat whose result changed (the state moved) gets no note; without the
+    guard no result gets one."""
     task = next(t for t in seed_tasks("train") if t.metadata["template"] == "contact_phone")
     name = task.reference_solution[0].arguments["query"]
 
     def call(i, tool="search_contacts", **args):
         return AIMessage("", tool_calls=[{"name": tool, "args": args or {"query": name}, "id": f"c{i}"}])
 
-    script = [call(1), call(2), call(3, query="nobody at all"), call(4, query="nobody at all"),
-              call(5, tool="no_such_tool"), call(6, tool="no_such_tool"),
+    script = [call(1), call(2), call(3, tool="no_such_tool"), call(4, tool="no_such_tool"), call(5),
               AIMessage(task.metadata["answer"])]  # fmt: skip
     runs = {}
     for guard in (True, False):
@@ -205,23 +204,21 @@ def test_the_repeat_guard_does_not_run_a_repeated_call_again_and_says_its_result
         runs[guard] = (traj, list(Counted.calls))
     traj, ran = runs[True]
     assert traj.finish_reason == "final_answer" and traj.reward == 1.0
-    notes = [s.observations[0].content for s in traj.steps[:-1]]
-    assert notes[1] == repeat_note("search_contacts", failed=False) and "result is above" in notes[1]
-    assert traj.steps[1].observations[0].is_error
-    assert notes[3] == repeat_note("search_contacts", failed=False)  # an empty result is a result
-    assert notes[5] == repeat_note("no_such_tool", failed=True) and "failed" in notes[5]
-    assert ran == ["search_contacts", "search_contacts", "no_such_tool"]  # the repeats never reached the sandbox
+    seen = [s.observations[0].content for s in traj.steps[:-1]]
+    assert seen[1] == with_repeat_note(seen[0], "search_contacts") and "same result" in seen[1]
+    assert not traj.steps[1].observations[0].is_error  # still the tool's result
+    assert seen[3] == with_repeat_note(seen[2], "no_such_tool") and traj.steps[3].observations[0].is_error
+    assert seen[4] == seen[1]  # a repeat of a repeat: compared with the result, not with the note
+    assert ran == ["search_contacts", "search_contacts", "no_such_tool", "no_such_tool", "search_contacts"]
     traj_off, ran_off = runs[False]
-    assert len(ran_off) == 6 and not any("already called" in s.observations[0].content for s in traj_off.steps[:-1])
+    assert ran_off == ran and not any(repeat_note("search_contacts") in s.observations[0].content
+                                      for s in traj_off.steps[:-1])  # fmt: skip
 
 
-def test_a_failed_call_may_run_again_once_another_call_has_succeeded():
-    failed = {"name": "get_book", "args": {"book_id": "B9"}, "id": "a"}
-    seen = [HumanMessage("Lend B9."), AIMessage("", tool_calls=[failed]),
-            ToolMessage("Error: no copy left", tool_call_id="a", status="error")]  # fmt: skip
-    again = AIMessage("", tool_calls=[{**failed, "id": "b"}])
-    assert repeated_calls(seen, again) == [True]
-    other = {"name": "return_book", "args": {"loan_id": "L1"}, "id": "c"}
-    later = [*seen, AIMessage("", tool_calls=[other]), ToolMessage("returned", tool_call_id="c")]
-    assert repeated_calls(later, again) is None  # the state it failed on may have changed
-    assert repeated_calls([*later, HumanMessage("And now B2.")], again) is None  # a new user turn starts afresh
+def test_a_repeat_is_compared_with_the_same_call_s_last_result_in_this_user_turn():
+    book = {"name": "get_book", "args": {"book_id": "B9"}, "id": "a"}
+    seen = [HumanMessage("Lend B9."), AIMessage("", tool_calls=[book]),
+            ToolMessage("Error: no copy left", tool_call_id="a", name="get_book", status="error")]  # fmt: skip
+    again = AIMessage("", tool_calls=[{**book, "id": "b"}, {**book, "args": {"book_id": "B2"}, "id": "c"}])
+    assert earlier_results(seen, again) == ["Error: no copy left", None]
+    assert earlier_results([*seen, HumanMessage("And now B2.")], again) == [None, None]  # a new user turn

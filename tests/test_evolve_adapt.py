@@ -376,11 +376,11 @@ def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_its_name_pas
     assert tools  # the server's tools, as the agent sees them
 
 
-def test_a_task_is_also_taught_as_the_answer_after_a_refused_repeat_of_its_last_call():
-    """Adapted models repeated a read until the turn limit; the agent's ``repeat_guard`` refuses such a turn, and
-    the chat that repeats the reference's last call (out of the loss), gets the guard's exact refusal and then
-    answers teaches what comes after it. A task without calls has no such chat."""
-    from graphs.agent import repeat_note
+def test_a_task_is_also_taught_as_the_answer_after_a_repeat_of_its_last_call():
+    """Adapted models repeated a read until the turn limit; the agent's ``repeat_guard`` notes a repeated call's
+    unchanged result, and the chat that repeats the reference's last call (out of the loss), shows its result
+    with the guard's exact note and then answers teaches what comes after it. A task without calls has none."""
+    from graphs.agent import with_repeat_note
     from trainers.evolve.adapt_data import repeat_chat
 
     lookup = ToolCall(name="search_people", arguments={"query": "Grace Hopper"})
@@ -396,7 +396,7 @@ def test_a_task_is_also_taught_as_the_answer_after_a_refused_repeat_of_its_last_
     calls = [(m["tool_calls"][0]["function"]["name"], m.get("weight", 1)) for m in turns if m.get("tool_calls")]
     assert calls == [("search_people", 1), ("search_people", 0)]  # the repeat is out of the loss
     results = [m["content"] for m in turns if m["role"] == "tool"]
-    assert "P8" in results[0] and results[1] == repeat_note("search_people", failed=False)
+    assert "P8" in results[0] and results[1] == with_repeat_note(results[0], "search_people")
     assert turns[-1] == {"role": "assistant", "content": "P8"} and tools
 
 

@@ -237,8 +237,8 @@ class EvolverGRPOConfig(GRPOConfig):
     max_turns: int = field(default=10, metadata={"help": "LLM calls per rollout before it is stopped."})
     repeat_guard: bool = field(
         default=False,
-        metadata={"help": "Our agent does not run a turn that only repeats calls of this user turn; each call gets "
-                  "an error observation saying its result is above (graphs/agent.py; adapt turns it on)."},
+        metadata={"help": "Our agent adds a note to a repeated call's result when it is the same as before: answer "
+                  "from it, or make a different call (graphs/agent.py; adapt turns it on)."},
     )  # fmt: skip
     context_template: str = field(
         default="causal",

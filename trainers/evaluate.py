@@ -308,9 +308,11 @@ def make_parser() -> argparse.ArgumentParser:
                    "with the same seed (common random numbers); default: unseeded")  # fmt: skip
     p.add_argument("--max_tokens", type=int, default=128)
     p.add_argument("--max_turns", type=int, default=10)
-    p.add_argument("--repeat_guard", action="store_true",
-                   help="our agent does not run a turn that only repeats calls it made (as trainers.evolve adapt "
-                   "plays it)")  # fmt: skip
+    p.add_argument(
+        "--repeat_guard",
+        action="store_true",
+        help="our agent notes a repeated call's unchanged result (as trainers.evolve adapt plays it)",
+    )
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--server_threads", type=int, default=None,
                    help="torch threads of the local server (1 for paired figures: one float rounding)")  # fmt: skip

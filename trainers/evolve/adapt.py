@@ -112,11 +112,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="sample tool calls unconstrained (the runs before session 58)")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
     p.add_argument("--repeat_guard", action="store_true", default=True,
-                   help="(the default) the reference agent does not run a turn that only repeats its calls (the call "
-                   "gets an error saying its result is above), and the supervised chats teach answering after that "
-                   "error (graphs/agent.py, docs/your-domain.md)")  # fmt: skip
+                   help="(the default) the reference agent adds a note to a repeated call's result when it is the "
+                   "same as before ('answer from it, or make a different call'), and the supervised chats teach "
+                   "answering after it (graphs/agent.py, docs/your-domain.md)")  # fmt: skip
     p.add_argument("--no_repeat_guard", dest="repeat_guard", action="store_false",
-                   help="run repeated calls again, teach no repeat chats (the runs before session 63)")  # fmt: skip
+                   help="no note on repeated results, no repeat chats (the runs before session 63)")  # fmt: skip
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
     p.add_argument("--stop_after", choices=PHASES, default=None, help="stop once this phase is done (resume later)")

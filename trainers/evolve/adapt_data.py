@@ -11,8 +11,7 @@ model's chat template, as ``trainers.warm_start`` does), ending with the answer 
 Novak'") is taught twice: as its reference, and as the recovery from the call a model makes without looking
 the records up (``recovery_chat``: the names where the ids go and the server's real error, out of the loss,
 then the lookups and the calls). With ``repeats`` every task taught by its reference is also taught as the
-answer after a repeated call (``repeat_chat``): the agent's ``repeat_guard`` refuses a turn that only repeats
-calls, and the model learns what comes after that refusal.
+answer after a repeated call (``repeat_chat``), its result shown as the agent's ``repeat_guard`` shows it.
 """
 
 from __future__ import annotations
@@ -146,23 +145,23 @@ def reference_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dic
 
 def repeat_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The chat of ``task`` solved by its reference, its last call then made again (that turn weighted 0, out of
-    the loss) and refused as the agent's ``repeat_guard`` refuses it (``graphs.agent.repeat_note``, an error),
-    then the answer: adapted models repeated a read until the turn limit (15 of 40 fact-question episodes of
-    library run 11), and the refusal is only worth something when the model answers after it. ``None`` for a
-    task without calls."""
-    from graphs.agent import repeat_note
+    the loss) and its result shown as the agent's ``repeat_guard`` shows a repeated result (the result again
+    and ``graphs.agent.repeat_note`` when it is the same), then the answer: adapted models repeated a read until
+    the turn limit (15 of 40 fact-question episodes of library run 11). ``None`` for a task without calls."""
+    from graphs.agent import with_repeat_note
 
     reference = list(task.reference_solution or ())
     if not reference:
         return None
     obs = env.reset(task)
     messages, tools = list(obs.messages), list(obs.tools)
-    last = None
     for i, call in enumerate(reference):
-        last = _step(env, messages, f"call_{i}", call)
-    messages.append({**_assistant_call("call_again", reference[-1]), "weight": 0})
-    messages.append({"role": "tool", "tool_call_id": "call_again",
-                     "content": repeat_note(reference[-1].name, failed=bool(last and last.is_error))})  # fmt: skip
+        _step(env, messages, f"call_{i}", call)
+    earlier = messages[-1]["content"]
+    _step(env, messages, "call_again", reference[-1])
+    messages[-2]["weight"] = 0
+    if messages[-1]["content"] == earlier:
+        messages[-1]["content"] = with_repeat_note(earlier, reference[-1].name)
     messages.append({"role": "assistant", "content": final_answer(task)})
     return messages, tools
 
@@ -343,7 +342,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``).
     A reference that no longer replays (the tool raised) is skipped, not taught; so is a swap chat whose request
     does not render, alone (each counted in ``skipped``). With ``repeats`` it is also taught as the answer after
-    a refused repeat of its last call (``repeat_chat``; counted in ``repeat``).
+    a repeat of its last call (``repeat_chat``; counted in ``repeat``).
     """
     from trainers.tiny import encode_example
 
