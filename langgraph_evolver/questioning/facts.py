@@ -172,8 +172,8 @@ def fact_questions(
                 template = _count_template(field, answer, rng) or rng.choice(templates)
                 query = template.format(name=name, field=field.replace("_", " "), entity=entity)
                 out.append(Fact(query, reference, answer, field, resolves))
-            asks_id = random.Random(f"id-{seed}-{value}").random() < id_share
-            if lookup is not None and by_name and asks_id and (value, "id") not in seen:
+            if (lookup is not None and by_name and (value, "id") not in seen
+                    and random.Random(f"id-{seed}-{value}").random() < id_share):  # fmt: skip
                 seen.add((value, "id"))  # the lookup's result shows the id: "What is Chloe Martin's member id?"
                 query = rng.choice(_ID_TEMPLATES).format(name=name, entity=entity)
                 out.append(Fact(query, (lookup,), value, "id", resolves))

@@ -33,6 +33,7 @@ __all__ = [
     "arefine_profile",
     "derive_profile",
     "environment_profile",
+    "plural",
     "singular",
     "tool_entity",
     "tool_kind",
@@ -101,6 +102,14 @@ def singular(word: str) -> str:
     if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
         return word[:-1]
     return word
+
+
+def plural(noun: str) -> str:
+    """A rough plural of an English noun (``member`` -> ``members``, ``category`` -> ``categories``); ``singular``'s
+    other half."""
+    if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
+        return noun[:-1] + "ies"
+    return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
 
 
 def tool_verb(name: str) -> str:

@@ -49,7 +49,7 @@ from typing import Any
 from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
-from .profile import READ_VERBS, WRITE_VERBS, singular, tool_entity, tool_kind
+from .profile import READ_VERBS, WRITE_VERBS, plural, singular, tool_entity, tool_kind
 
 __all__ = [
     "NAME_KEYS",
@@ -160,13 +160,6 @@ def shown_value(arg: str, value: Any, records: Mapping[Any, str], names: Mapping
     return f"'{text}'" if quote else text
 
 
-def _plural_noun(noun: str) -> str:
-    """A rough plural of an English noun (``member`` -> ``members``, ``category`` -> ``categories``)."""
-    if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
-        return noun[:-1] + "ies"
-    return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
-
-
 def _article_noun(phrase: str, noun: str, *, plural: bool = True) -> re.Match[str] | None:
     """An article, up to two words and ``noun`` ("a book", "one or more overdue books"): group 1 the words, 2 an s."""
     tail = "(s?)" if plural else ""
@@ -182,7 +175,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
     if not phrase:
         return _from_name(call, records, names, quote=quote)
     if args and all(v == "" for v in args.values()) and tool_kind(call.name, description) == "read":  # a broad search
-        return f"tell me all the {_plural_noun(tool_entity(call.name).replace('_', ' '))}"
+        return f"tell me all the {plural(tool_entity(call.name).replace('_', ' '))}"
     leading = phrase.split()[0].lower()  # before a value replaces "One book": "book B1" is not the verb "book"
     rest: list[str] = []
     owned: list[str] = []
@@ -206,8 +199,8 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
         amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
                            re.I) if numeric else None  # fmt: skip
         if amount:  # "some months" + months=2: "2 months"
-            plural = singular(noun) if value == 1 else noun if noun.endswith("s") else f"{noun}s"
-            phrase = phrase.replace(amount.group(0), f"{value} {plural}", 1)
+            counted = singular(noun) if value == 1 else noun if noun.endswith("s") else f"{noun}s"
+            phrase = phrase.replace(amount.group(0), f"{value} {counted}", 1)
         elif found and not numeric:
             possessive = phrase[found.end() :].startswith("'s")
             named = shown.strip("'") if possessive else shown
