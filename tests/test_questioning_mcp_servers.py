@@ -411,6 +411,12 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
     assert len(one) == 4  # one field per record, and the ids
     no_ids = fact_questions(pairs, names, lambda n: n == "pay_fine", find, seed=3, id_share=0.0)
     assert [f for f in facts if f.field != "id"] == no_ids  # people seldom ask an id: ID_SHARE of the records
+    # a count its read's description words without its key is asked in those words half the time
+    described = {"search_books": "Books whose title contains the text, with how many copies are on the shelf."}
+    asked = {f.query for seed in range(8) for f in fact_questions(pairs, names, lambda n: n == "pay_fine", find,
+                                                                  seed=seed, descriptions=described)
+             if f.field == "available"}  # fmt: skip
+    assert asked == {"How many copies of Beloved are on the shelf?", "How many of Beloved are available?"}
 
 
 def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():

@@ -22,16 +22,18 @@ fields are any record's keys that are not ids or names.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
-from .profile import tool_entity
+from .profile import singular, tool_entity
 from .wording import NAME_KEYS, Owned, arg_noun, id_argument, id_values, quotes, shown_value
 
-__all__ = ["FACT_KEY", "ID_SHARE", "PER_RECORD", "Fact", "fact_questions", "table_facts", "table_rows"]
+__all__ = ["FACT_KEY", "ID_SHARE", "PER_RECORD", "Fact", "fact_questions", "field_phrases", "table_facts",
+           "table_rows"]  # fmt: skip
 
 FACT_KEY = "fact"
 """``task.metadata`` key of a fact question: the field it asks for (the filter checks a read returns the answer)."""
@@ -101,6 +103,63 @@ def _count_template(field: str, answer: str, rng: random.Random) -> str | None:
     return _COUNT_PLURAL if plural[-1] and len(words) <= 2 and rng.random() < 0.5 else None
 
 
+_CLAUSE = re.compile(r"[,;:()]|\band\b|\bwith\b|\bplus\b")
+_LEADING = re.compile(r"^(?:its|their|the|a|an|each|every)\s+")
+_PREPOSITIONS = frozenset({"on", "in", "at", "for", "under", "out", "off", "away", "behind", "overdue", "due"})
+
+
+def _words(text: str) -> set[str]:
+    return {singular(w) for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 2}
+
+
+def field_phrases(description: str, keys: Sequence[str], entity: str = "") -> dict[str, str]:
+    """The words a tool's ``description`` uses for a field of its result that it does not call by its key: the
+    description cut into clauses (at commas, "and", "with"), each clause claimed by the keys whose words it has
+    ("copies owned" by ``copies``), the clause that names the ``entity`` ("One book") left out; when one clause
+    and one key that is not an id are left, that clause is the key's phrase. People ask in the description's
+    words: "How many copies of Beloved are on the shelf?", where the result says ``"available": 1``.
+
+    Example:
+        >>> field_phrases("One book: title, author, copies owned and on the shelf, and how many reservations wait.",
+        ...               ["book_id", "title", "author", "copies", "available", "reservations"], "book")
+        {'available': 'on the shelf'}
+        >>> field_phrases("Books whose title contains the text, with how many copies are on the shelf.",
+        ...               ["book_id", "title", "available"], "book")
+        {'available': 'how many copies are on the shelf'}
+        >>> field_phrases("A shipment's status, destination and scan history.", ["status", "destination", "history"])
+        {}
+    """
+    first = description.strip().split("\n")[0].lower()
+    clauses = [_LEADING.sub("", c.strip(" .")) for c in _CLAUSE.split(first)]
+    claimed: set[int] = set()
+    unclaimed_keys = []
+    for key in map(str, keys):  # ids and names claim their clauses too; only a field is paired
+        parts = _words(re.sub(r"(?<=[a-z])(?=[A-Z])|_", " ", key))
+        hits = [i for i, c in enumerate(clauses) if parts & _words(c)]
+        claimed.update(hits)
+        if not hits and not id_argument(key) and key not in NAME_KEYS:
+            unclaimed_keys.append(key)
+    rest = [c for i, c in enumerate(clauses) if c and i not in claimed and not _words(c) & {singular(entity)}]
+    if len(rest) == 1 and len(unclaimed_keys) == 1:
+        return {unclaimed_keys[0]: rest[0]}
+    return {}
+
+
+def _phrase_template(phrase: str) -> str | None:
+    """A count question in a description's words: "how many copies are on the shelf" -> "How many copies of {name}
+    are on the shelf?", "on the shelf" -> "How many of {name} are on the shelf?"; ``None`` for other phrases.
+
+    >>> _phrase_template("how many copies are on the shelf"), _phrase_template("on the shelf")
+    ('How many copies of {name} are on the shelf?', 'How many of {name} are on the shelf?')
+    """
+    words = phrase.split()
+    if words[:2] == ["how", "many"] and len(words) >= 4:
+        return f"How many {words[2]} of {{name}} {' '.join(words[3:])}?"
+    if words and words[0] in _PREPOSITIONS:
+        return f"How many of {{name}} are {phrase}?"
+    return None
+
+
 def _top_records(content: str) -> list[dict[str, Any]]:
     """The records a result is: one object, or a list of them (one level; nested records are other reads')."""
     value = read_result(content)
@@ -119,6 +178,7 @@ def fact_questions(
     seed: int = 0,
     per_record: int = PER_RECORD,
     id_share: float = ID_SHARE,
+    descriptions: dict[str, str] | None = None,
 ) -> list[Fact]:
     """Fact questions from an exploration's successful calls (``pairs``): ``per_record`` per record and read, the
     fields drawn with ``seed``, and for ``id_share`` of the named records (drawn with ``seed``) the record's own id,
@@ -126,7 +186,9 @@ def fact_questions(
     ``wording.record_names``), else by its owner's (``owners``: ids to (key, owner), ``wording.record_owners``;
     "What is the status of Jonas Weber's shipment?"), else, when the read took its id, by that id ("What is the
     status of TRK1003?", the read alone). ``find(id, name, key)`` is the lookup that finds the record by its name
-    or by its owner under ``key`` (``None`` when no read of the exploration does)."""
+    or by its owner under ``key`` (``None`` when no read of the exploration does). With the tools'
+    ``descriptions``, a count the read's description words without its key (``field_phrases``) is asked in those
+    words half the time ("How many copies of Beloved are on the shelf?" for ``available``)."""
     rng = random.Random(seed)
     owners = owners or {}
     out: list[Fact] = []
@@ -137,6 +199,7 @@ def fact_questions(
         args = call.arguments if isinstance(call.arguments, dict) else {}
         needs = {str(v) for k, v in args.items() if id_argument(k)}
         for record in _top_records(obs.content):
+            phrases = field_phrases((descriptions or {}).get(call.name, ""), list(record), tool_entity(call.name))
             ids = id_values(record)
             value = next((i for i in ids if i in records or i in owners), None)
             if value is None:  # neither named nor owned: by the id the read took
@@ -169,7 +232,10 @@ def fact_questions(
                 if (value, field) in seen:
                     continue
                 seen.add((value, field))
-                template = _count_template(field, answer, rng) or rng.choice(templates)
+                worded = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
+                if worded is None or rng.random() < 0.5:
+                    worded = _count_template(field, answer, rng) or rng.choice(templates)
+                template = worded
                 query = template.format(name=name, field=field.replace("_", " "), entity=entity)
                 out.append(Fact(query, reference, answer, field, resolves))
             if (lookup is not None and by_name and (value, "id") not in seen

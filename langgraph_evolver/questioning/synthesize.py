@@ -466,7 +466,7 @@ def synthesize(
         def find(value: str, name: str, key: str | None) -> ToolCall | None:
             return _lookup_for(pairs, shown, value, name, writes, key)
 
-        facts = fact_questions(pairs, records, writes, find, owners=owners, seed=seed)
+        facts = fact_questions(pairs, records, writes, find, owners=owners, seed=seed, descriptions=descriptions)
         for fact in [*facts, *table_facts(pairs, writes, seed=seed)]:
             task_id, _ = _task_id(trajectory, carried, fact.reference, fact.field)
             tasks.setdefault(task_id, _task(trajectory, task_id, fact.query, fact.reference, {
