@@ -265,7 +265,7 @@ _CONFIG_KEYS = {"model_name_or_path": "model_path", "policy_base_url": "base_url
                 "env_id": "env", "env_url": "env_url", "eval_split": "split", "eval_k": "k", "eval_limit": "limit",
                 "temperature": "temperature", "max_completion_length": "max_tokens", "max_turns": "max_turns",
                 "rollout_concurrency": "concurrency", "agent": "agent", "agent_input": "agent_input",
-                "reward_fn": "reward"}  # fmt: skip
+                "reward_fn": "reward", "repeat_guard": "repeat_guard"}  # fmt: skip
 
 
 def config_defaults(path: str | Path) -> dict[str, Any]:
