@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt_diagnose import answered_after_error, first_call_right  # noqa: E402
+from benchmarks.adapt_diagnose import answered_after_error, first_call_right, replay_arguments  # noqa: E402
 from langgraph_evolver.types import write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, tasks_file  # noqa: E402
@@ -34,14 +34,9 @@ from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="a finished adapt run's --output_dir (its gate done)")
-    p.add_argument("--out", required=True, help="where the rollouts go")
-    p.add_argument("--env", required=True, help="the run's --env")
-    p.add_argument("--model_path", required=True, help="the run's --model_path")
-    p.add_argument("--a", default="", help="adapt flags of side A, one string")
+    replay_arguments(p, "where the rollouts go")
+    p.add_argument("--a", default="", help="adapt flags of side A, one string (--a=--no_repeat_guard)")
     p.add_argument("--b", default="", help="adapt flags of side B, one string")
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
     args = p.parse_args(argv)
     started = time.perf_counter()
     src, out = Path(args.run), Path(args.out)

@@ -29,6 +29,17 @@ from langgraph_evolver.reference_scoring import folded  # noqa: E402
 from langgraph_evolver.types import Trajectory, read_jsonl  # noqa: E402
 
 
+def replay_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
+    """The arguments every A/B on a finished adapt run takes: the run, where its output goes, the run's env,
+    model, k and seed."""
+    p.add_argument("--run", required=True, help="a finished adapt run's --output_dir")
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument("--env", required=True, help="the run's --env")
+    p.add_argument("--model_path", required=True, help="the run's --model_path")
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
+
+
 def _calls(t: Trajectory) -> list:
     return [c for step in t.steps for c in step.action.tool_calls]
 

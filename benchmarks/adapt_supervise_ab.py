@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt_diagnose import answered_after_error, first_call_right  # noqa: E402
+from benchmarks.adapt_diagnose import answered_after_error, first_call_right, replay_arguments  # noqa: E402
 from langgraph_evolver.types import write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, supervise_phase, tasks_file  # noqa: E402
@@ -38,13 +38,8 @@ from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="a finished adapt run's --output_dir (its phases 1-4 done)")
-    p.add_argument("--out", required=True, help="where the new supervise phase and the evaluations go")
-    p.add_argument("--env", required=True, help="the run's --env")
-    p.add_argument("--model_path", required=True, help="the run's --model_path")
+    replay_arguments(p, "where the new supervise phase and the evaluations go")
     p.add_argument("--minutes", type=float, default=60, help="the run's --minutes (sizes the supervise phase)")
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
     p.add_argument("--more_sft", type=int, default=0, help="B also supervises the run's first N rl tasks")
     p.add_argument("adapt_flags", nargs=argparse.REMAINDER, help="after --: adapt flags for B (e.g. --mistake_chats)")
     args = p.parse_args(argv)

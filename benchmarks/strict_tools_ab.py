@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.adapt_diagnose import replay_arguments  # noqa: E402
 from langgraph_evolver.types import Trajectory, read_jsonl, write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, tasks_file  # noqa: E402
@@ -73,13 +74,8 @@ def ungrounded_id_share(trajectories: list[Trajectory]) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="a finished adapt run's --output_dir (its gate done)")
-    p.add_argument("--out", required=True, help="where the replayed evaluations go")
-    p.add_argument("--env", required=True, help="the run's --env")
-    p.add_argument("--model_path", required=True, help="the run's --model_path")
+    replay_arguments(p, "where the replayed evaluations go")
     p.add_argument("--heldout", default=None, help="the run's --heldout (reported, never chosen on)")
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--seed", type=int, default=1234, help="the run's --seed")
     p.add_argument("--grounded_ids", action="store_true", help="the replay's server copies ids (--grounded-ids)")
     args = p.parse_args(argv)
     started = time.perf_counter()

@@ -104,19 +104,17 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--swap_chats", type=int, default=3,
                    help="also supervise up to N copies of each sft task's first call with the request's values "
                    "swapped for others the same argument took (0: off; docs/your-domain.md has the A/B)")  # fmt: skip
-    p.add_argument("--strict_tools", action="store_true", default=True,
-                   help="(the default) the policy server holds tool calls to the server's tools (names, argument keys, "
-                   "required arguments) in every phase; serve the adapter the same way (docs/your-domain.md has the "
-                   "A/B: sheets validation 0.710 -> 0.736, no call refused for its schema)")  # fmt: skip
-    p.add_argument("--no_strict_tools", dest="strict_tools", action="store_false",
-                   help="sample tool calls unconstrained (the runs before session 58)")  # fmt: skip
+    _switch(p, "strict_tools",
+            on="the policy server holds tool calls to the server's tools (names, argument keys, required "
+            "arguments) in every phase; serve the adapter the same way (docs/your-domain.md has the A/B: sheets "
+            "validation 0.710 -> 0.736, no call refused for its schema)",
+            off="sample tool calls unconstrained (the runs before session 58)")  # fmt: skip
     p.add_argument("--max_turns", type=int, default=8)
-    p.add_argument("--repeat_guard", action="store_true", default=True,
-                   help="(the default) the reference agent adds a note to a repeated call's result when it is the "
-                   "same as before ('answer from it, or make a different call'), and the supervised chats teach "
-                   "answering after it (graphs/agent.py, docs/your-domain.md)")  # fmt: skip
-    p.add_argument("--no_repeat_guard", dest="repeat_guard", action="store_false",
-                   help="no note on repeated results, no repeat chats (the runs before session 63)")  # fmt: skip
+    _switch(p, "repeat_guard",
+            on="the reference agent adds a note to a repeated call's result when it is the same as before ('answer "
+            "from it, or make a different call'), and the supervised chats teach answering after it "
+            "(graphs/agent.py, docs/your-domain.md)",
+            off="no note on repeated results, no repeat chats (the runs before session 63)")  # fmt: skip
     p.add_argument("--max_completion_length", type=int, default=128)
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
     p.add_argument("--stop_after", choices=PHASES, default=None, help="stop once this phase is done (resume later)")
@@ -124,6 +122,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy_base_url", default=None, help="the endpoint that serves --promote")
     p.add_argument("--no_progress", action="store_true", help="hide the progress bars")
     return p
+
+
+def _switch(p: argparse.ArgumentParser, name: str, *, on: str, off: str) -> None:
+    """``--NAME`` (the default) and ``--no_NAME``."""
+    p.add_argument(f"--{name}", action="store_true", default=True, help=f"(the default) {on}")
+    p.add_argument(f"--no_{name}", dest=name, action="store_false", help=off)
 
 
 HEARTBEAT_S = 15.0
