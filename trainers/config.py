@@ -235,8 +235,7 @@ class EvolverGRPOConfig(GRPOConfig):
     # -- rollouts ------------------------------------------------------------------------------
     rollout_concurrency: int = field(default=64, metadata={"help": "Agent graphs running at once during rollouts."})
     max_turns: int = field(default=10, metadata={"help": "LLM calls per rollout before it is stopped."})
-    repeat_guard: bool = field(default=False, metadata={"help": "Our agent notes a repeated call's unchanged result "
-                               "(graphs/agent.py; adapt turns it on)."})  # fmt: skip
+    repeat_guard: bool = field(default=False, metadata={"help": "Our agent notes a repeated call's unchanged result."})
     context_template: str = field(
         default="causal",
         metadata={"help": "How the agent's history becomes each prompt: causal, reasoning, sliding, managing (or a "
