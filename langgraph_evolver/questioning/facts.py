@@ -199,7 +199,6 @@ def fact_questions(
         args = call.arguments if isinstance(call.arguments, dict) else {}
         needs = {str(v) for k, v in args.items() if id_argument(k)}
         for record in _top_records(obs.content):
-            phrases = field_phrases((descriptions or {}).get(call.name, ""), list(record), tool_entity(call.name))
             ids = id_values(record)
             value = next((i for i in ids if i in records or i in owners), None)
             if value is None:  # neither named nor owned: by the id the read took
@@ -228,14 +227,15 @@ def fact_questions(
             reference = (call,) if lookup is None else (lookup, call) if needs else (lookup,)
             entity = tool_entity(lookup.name if lookup is not None else call.name).replace("_", " ")
             resolves = [] if lookup is None else [[0, value]]
+            described = (descriptions or {}).get(call.name, "")
+            phrases = field_phrases(described, list(record), tool_entity(call.name)) if described else {}
             for field, answer in rng.sample(fields, min(per_record, len(fields))):
                 if (value, field) in seen:
                     continue
                 seen.add((value, field))
-                worded = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
-                if worded is None or rng.random() < 0.5:
-                    worded = _count_template(field, answer, rng) or rng.choice(templates)
-                template = worded
+                template = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
+                if template is None or rng.random() < 0.5:
+                    template = _count_template(field, answer, rng) or rng.choice(templates)
                 query = template.format(name=name, field=field.replace("_", " "), entity=entity)
                 out.append(Fact(query, reference, answer, field, resolves))
             if (lookup is not None and by_name and (value, "id") not in seen

@@ -153,10 +153,8 @@ def repeat_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[s
     reference = list(task.reference_solution or ())
     if not reference:
         return None
-    obs = env.reset(task)
-    messages, tools = list(obs.messages), list(obs.tools)
-    for i, call in enumerate(reference):
-        _step(env, messages, f"call_{i}", call)
+    messages, tools = reference_chat(env, task)
+    messages.pop()  # its answer comes after the repeat
     earlier = messages[-1]["content"]
     _step(env, messages, "call_again", reference[-1])
     messages[-2]["weight"] = 0
