@@ -84,13 +84,14 @@ def _fields(record: dict[str, Any], name: str) -> Iterator[tuple[str, str]]:
                 yield key, value.strip()
 
 
-def _count_template(field: str, answer: str, rng: random.Random) -> str | None:
+def _count_template(field: str, answer: str) -> str | None:
     """How people ask for a whole number: a state's ("How many of Beloved are available?", "How many copies of
-    Beloved are available?" for ``copies_available``) always, a plural noun's ("How many reservations does Beloved
-    have?") half the time (drawn with ``rng``); ``None`` for anything else.
+    Beloved are available?" for ``copies_available``), a plural noun's ("How many reservations does Beloved
+    have?"; until session 64 only half the time, the other half "What is the reservations of Beloved?");
+    ``None`` for anything else.
 
-    >>> _count_template("available", "3", random.Random(0)), _count_template("price", "3", random.Random(0))
-    ('How many of {name} are {field}?', None)
+    >>> _count_template("available", "3"), _count_template("price", "3"), _count_template("copies", "2")
+    ('How many of {name} are {field}?', None, 'How many {field} does {name} have?')
     """
     if not answer.isdigit():
         return None
@@ -100,7 +101,7 @@ def _count_template(field: str, answer: str, rng: random.Random) -> str | None:
     plural = [w.endswith("s") and not w.endswith(("ss", "us", "is")) for w in words]
     if len(words) == 2 and plural[0] and words[1] in _STATES:  # copies_available: "How many copies of X are available?"
         return f"How many {words[0]} of {{name}} are {words[1]}?"
-    return _COUNT_PLURAL if plural[-1] and len(words) <= 2 and rng.random() < 0.5 else None
+    return _COUNT_PLURAL if plural[-1] and len(words) <= 2 else None
 
 
 _CLAUSE = re.compile(r"[,;:()]|\band\b|\bwith\b|\bplus\b")
@@ -235,7 +236,7 @@ def fact_questions(
                 seen.add((value, field))
                 template = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
                 if template is None or rng.random() < 0.5:
-                    template = _count_template(field, answer, rng) or rng.choice(templates)
+                    template = _count_template(field, answer) or rng.choice(templates)
                 query = template.format(name=name, field=field.replace("_", " "), entity=entity)
                 out.append(Fact(query, reference, answer, field, resolves))
             if (lookup is not None and by_name and (value, "id") not in seen
