@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.adapt_diagnose import answered_after_error, first_call_right, replay_arguments  # noqa: E402
 from langgraph_evolver.types import write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
-from trainers.evolve.adapt import Run, make_parser, tasks_file  # noqa: E402
+from trainers.evolve.adapt import Run, make_parser, phase_dir, tasks_file  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     src, out = Path(args.run), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    chosen = Path(json.loads((src / "6-gate" / "done.json").read_text())["adapter"])
+    chosen = Path(json.loads((phase_dir(src, "gate") / "done.json").read_text())["adapter"])
     adapter = out / "adapter"
     if not adapter.exists():  # the policy server loads weights from under --out only
         shutil.copytree(chosen, adapter)

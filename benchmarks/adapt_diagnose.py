@@ -1,6 +1,7 @@
 """Where an adapt run's episodes go wrong, read from its recorded rollouts: no model is run.
 
-For each evaluation an ``adapt`` run wrote (``6-gate/*.jsonl``: validation; ``7-heldout/*.jsonl``: held-out), and
+For each evaluation an ``adapt`` run wrote (``7-gate/*.jsonl``: validation;
+``8-heldout/*.jsonl``: held-out; ``6-gate`` and ``7-heldout`` before session 64), and
 for any other rollout files given, per side: the mean reward, ``first_call_right`` (the episode's first call names
 the tool the reference begins with), ``copied`` (of the first calls' text arguments, the share whose value the
 request holds, case and spacing folded: a model that copies values from training instead of the request scores
@@ -93,7 +94,7 @@ def diagnose(trajectories: Sequence[Trajectory], *, top: int = 6) -> dict:
 
 def run_files(run: Path) -> list[Path]:
     """An adapt run's evaluation files: the gate's (validation) and the held-out phase's."""
-    return sorted((run / "6-gate").glob("*.jsonl")) + sorted((run / "7-heldout").glob("*.jsonl"))
+    return sorted(run.glob("[0-9]-gate/*.jsonl")) + sorted(run.glob("[0-9]-heldout/*.jsonl"))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -102,11 +103,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     files = [f for path in args.paths for f in (run_files(path) if path.is_dir() else [path])]
     if not files:
-        p.error(f"no rollouts under {', '.join(map(str, args.paths))} (an adapt run writes 6-gate/ and 7-heldout/)")
+        p.error(f"no rollouts under {', '.join(map(str, args.paths))} (an adapt run writes 7-gate/ and 8-heldout/)")
     out = {}
     for f in files:
         name = (
-            f"{f.parent.parent.name}/{f.parent.name}/{f.name}" if f.parent.name in ("6-gate", "7-heldout") else str(f)
+            f"{f.parent.parent.name}/{f.parent.name}/{f.name}" if f.parent.name[2:] in ("gate", "heldout") else str(f)
         )
         figures = diagnose(list(read_jsonl(f, Trajectory)))
         out[name] = figures

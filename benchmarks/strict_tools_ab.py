@@ -7,7 +7,7 @@ its starting model and its chosen adapter played again with the same seeds by a 
         --env "mcp:python examples/mcp_servers/sheets.py" --model_path checkpoints/smollm2-warm-doc \\
         [--heldout examples/mcp_servers/sheets_tasks.jsonl]
 
-The validation part decides (the run's ``6-gate``); ``--heldout`` only reports: the run's ``7-heldout`` files are
+The validation part decides (the run's ``7-gate``); ``--heldout`` only reports: the run's ``8-heldout`` files are
 the ``run`` side. Ends with one JSON line per part: each side's avg@k, the replayed - run paired gains (starting
 model and adapter) with the gate's 90% bounds, the replay's own before -> after gain and bound, the share of calls
 refused for their schema (an unknown tool or argument, a missing required one) and the share of id values the
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.adapt_diagnose import replay_arguments  # noqa: E402
 from langgraph_evolver.types import Trajectory, read_jsonl, write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
-from trainers.evolve.adapt import Run, make_parser, tasks_file  # noqa: E402
+from trainers.evolve.adapt import Run, make_parser, phase_dir, tasks_file  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
 from trainers.serving.strict_tools import grounded_id  # noqa: E402
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     src, out = Path(args.run), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gate = json.loads((src / "6-gate" / "done.json").read_text())
+    gate = json.loads((phase_dir(src, "gate") / "done.json").read_text())
     adapter = out / "adapter"
     if not adapter.exists():  # the policy server loads weights from under --out only
         shutil.copytree(recorded_adapter(src, gate["adapter"]), adapter)
@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> dict:
                                         "--minutes", "60", "--seed", str(args.seed), "--strict_tools",
                                         "--no_progress"]))  # fmt: skip
     run.server_args = ["--grounded-ids"] * args.grounded_ids
-    parts = {"validation": (tasks_file(src / "2-split" / "validation.jsonl"), src / "6-gate")}
+    parts = {"validation": (tasks_file(src / "2-split" / "validation.jsonl"), phase_dir(src, "gate"))}
     if args.heldout:
         from env_tools.mcp_tasks import load_task_file
 
-        parts["heldout"] = (load_task_file(Path(args.heldout), env=args.env), src / "7-heldout")
+        parts["heldout"] = (load_task_file(Path(args.heldout), env=args.env), phase_dir(src, "heldout"))
     lines = {}
     try:
         for part, (tasks, loose_dir) in parts.items():

@@ -24,7 +24,7 @@ from trainers.evolve.adapt_data import PARTS, family, mistake_chat, mistakes, re
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = f"mcp:python {ROOT / 'examples' / 'mcp_servers' / 'rooms_plain.py'}"
 
-TRAINING_PHASES = ("synthesize", "split", "rollouts", "supervise", "grpo", "gate")
+TRAINING_PHASES = ("synthesize", "split", "rollouts", "supervise", "validate", "grpo", "gate")
 """Every phase before the held-out one: none of them may open the --heldout file."""
 
 HELDOUT = [  # written by hand for rooms_plain.py, in the MCP tasks format a user writes (docs/mcp.md)
@@ -110,7 +110,7 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     err = capsys.readouterr().err
     assert "synthesize: done before, skipped" in err and f"--heldout {heldout} did not load" in err
     assert all((out / f"{i}-{p}" / "done.json").exists() for i, p in enumerate(TRAINING_PHASES, 1))
-    assert not (out / "7-heldout" / "done.json").exists() and tasks_file.stat().st_mtime_ns == stamp
+    assert not (out / "8-heldout" / "done.json").exists() and tasks_file.stat().st_mtime_ns == stamp
 
     heldout.write_text("".join(json.dumps(row) + "\n" for row in HELDOUT))
     assert main(_argv(out, heldout)) == 0
@@ -123,7 +123,7 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     assert 0.0 <= line["heldout_before"] <= 1.0 and 0.0 <= line["heldout_after"] <= 1.0
     assert line["lower_bound"] <= line["paired_gain"] + 1e-9
     assert line["heldout_tasks"] == 2 and isinstance(line["wall_s"], float) and line["phases_s"] > line["wall_s"]
-    held_s = json.loads((out / "7-heldout" / "done.json").read_text())["phase_s"]
+    held_s = json.loads((out / "8-heldout" / "done.json").read_text())["phase_s"]
     assert line["adapt_s"] == pytest.approx(line["phases_s"] - held_s, abs=0.2) and line["minutes"] == 30
     assert isinstance(line["tasks_synthesized"], int) and line["tasks_synthesized"] >= 3
     assert line["sft_examples"] >= 1 and line["grpo_steps"] == 1 and isinstance(line["promoted"], bool)
@@ -132,15 +132,20 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     candidates = line["validation_candidates"]
     assert set(candidates) == {"supervised", "grpo"} and line["validation_after"] == max(candidates.values())
     assert candidates[line["chosen"]] == line["validation_after"]
-    expected = out / "4-supervise" / "adapter" if line["chosen"] == "supervised" else out / "5-grpo" / "train"
+    expected = out / "4-supervise" / "adapter" if line["chosen"] == "supervised" else out / "6-grpo" / "train"
     assert Path(line["adapter"]).is_relative_to(expected)
-    assert (out / "6-gate" / "supervised.jsonl").exists() and (out / "6-gate" / "grpo.jsonl").exists()
-    assert json.loads((out / "7-heldout" / "done.json").read_text())["adapter"] == line["adapter"]
+    assert (out / "7-gate" / "supervised.jsonl").exists() and (out / "7-gate" / "grpo.jsonl").exists()
+    # the gate read the validate phase's rollouts back rather than playing them again
+    validated = json.loads((out / "5-validate" / "done.json").read_text())
+    assert validated["episodes"] == line["split"]["validation"] * 1 and validated["supervised_episode_s"] > 0  # --k 1
+    assert (out / "7-gate" / "before.jsonl").read_text() == (out / "5-validate" / "before.jsonl").read_text()
+    assert candidates["supervised"] == validated["supervised"] and line["validation_before"] == validated["before"]
+    assert json.loads((out / "8-heldout" / "done.json").read_text())["adapter"] == line["adapter"]
     # the held-out tasks are in no training or selection input, and the GRPO child never saw them
     trained = "".join((out / "2-split" / f"{p}.jsonl").read_text() for p in PARTS)
-    trained += "".join(f.read_text() for f in (out / "5-grpo" / "train" / "trajectories").glob("*.jsonl"))
+    trained += "".join(f.read_text() for f in (out / "6-grpo" / "train" / "trajectories").glob("*.jsonl"))
     assert not any(row["id"] in trained or row["instruction"] in trained for row in HELDOUT)
-    held = [json.loads(x) for x in (out / "7-heldout" / "after.jsonl").read_text().splitlines()]
+    held = [json.loads(x) for x in (out / "8-heldout" / "after.jsonl").read_text().splitlines()]
     assert {r["task"]["id"] for r in held} == {"held-reserve", "held-release"}
 
 
@@ -240,22 +245,33 @@ def _budget_run(tmp_path: Path, *, minutes: float, rollouts: int, validation: in
 
 def test_grpo_gets_the_minutes_left_once_the_gates_predicted_time_is_set_aside(tmp_path):
     """sheets run 3 took 86 minutes on --minutes 60: its gate alone took 19 (3 x 84 episodes) against a 6-minute
-    share. Now the gate is predicted from the rollouts phase's seconds per episode and GRPO gets the rest."""
-    from trainers.evolve.adapt import EPISODE_S
-
+    share. Library run 12 set 33 minutes aside for its gate (the starting model's 6.9 s an episode) and used 23.
+    Now the validate phase plays the starting model and the supervised adapter before GRPO, and the gate is left
+    with the GRPO adapter's episodes, predicted at the supervised adapter's measured seconds."""
     done = {"synthesize": 100.0, "split": 0.0, "rollouts": 80.0, "supervise": 120.0}
     run = _budget_run(tmp_path / "a", minutes=10, rollouts=16, validation=3, phase_s=done)  # a done.json of before
     assert run.spent_s() == 300.0
-    assert run.gate_s(candidates=2) == 5.0 * 3 * 4 * 3  # 5 s an episode, 3 tasks, k 4, the start and 2 adapters
-    assert run.budget_s("grpo") == 600 - 300 - 180
     assert run.budget_s("supervise") == 120.0
+    run.dir("validate").mkdir()
+    validated = {"before": 0.1, "before_episode_s": 7.0, "supervised": 0.4, "supervised_episode_s": 4.0,
+                 "episodes": 12, "phase_s": 150.0}  # fmt: skip
+    (run.dir("validate") / "done.json").write_text(json.dumps(validated))
+    assert run.spent_s() == 450.0
+    assert run.gate_s() == 4.0 * 3 * 4  # the supervised adapter's 4 s an episode, 3 tasks, k 4
+    assert run.budget_s("grpo") == 600 - 450 - 48
     (run.dir("heldout")).mkdir()
     (run.dir("heldout") / "done.json").write_text(json.dumps({"phase_s": 999.0}))  # the yardstick comes on top
-    assert run.spent_s() == 300.0
-    (run.dir("rollouts") / "done.json").write_text(json.dumps({"rollouts": 16, "phase_s": 80.0, "episode_s": 4.0}))
-    assert run.gate_s(candidates=2) == 4.0 * 3 * 4 * 3  # timed without the server's start
-    none_measured = _budget_run(tmp_path / "b", minutes=10, rollouts=0, validation=2, phase_s=done)
-    assert none_measured.gate_s(candidates=1) == EPISODE_S * 2 * 4 * 2
+    assert run.spent_s() == 450.0
+    assert [run.dir(p).name for p in ("validate", "grpo", "gate")] == ["5-validate", "6-grpo", "7-gate"]
+
+
+def test_a_run_from_before_the_validate_phase_keeps_its_directories(tmp_path):
+    """Runs before session 64 numbered grpo, gate and heldout 5-7: their benchmarks and resumes still find them."""
+    run = _budget_run(tmp_path, minutes=10, rollouts=16, validation=3, phase_s={})
+    for name in ("5-grpo", "6-gate", "7-heldout"):
+        (tmp_path / name).mkdir()
+    assert [run.dir(p).name for p in ("grpo", "gate", "heldout")] == ["5-grpo", "6-gate", "7-heldout"]
+    assert run.dir("validate").name == "5-validate" and run.dir("supervise").name == "4-supervise"
 
 
 def test_a_resumed_run_charges_the_time_a_kill_interrupted(tmp_path, monkeypatch):
@@ -297,6 +313,8 @@ def test_with_no_time_left_grpo_is_skipped_and_the_gate_weighs_the_supervised_ad
 
     done = {"synthesize": 300.0, "split": 0.0, "rollouts": 80.0, "supervise": 200.0}
     run = _budget_run(tmp_path, minutes=10, rollouts=16, validation=3, phase_s=done)
+    run.dir("validate").mkdir()  # the validate phase timed the supervised adapter at 5 s an episode
+    (run.dir("validate") / "done.json").write_text(json.dumps({"supervised_episode_s": 5.0, "episodes": 12}))
     assert run.budget_s("grpo") < MIN_GRPO_S
     run.dir("grpo").mkdir()
     result = grpo_phase(run, run.dir("grpo"), {})
@@ -317,9 +335,13 @@ def test_with_no_time_left_grpo_is_skipped_and_the_gate_weighs_the_supervised_ad
                 for t in tasks for i in range(k)]  # fmt: skip
 
     run.rollouts = rollouts  # type: ignore[method-assign]
+    run.model = lambda adapter: "policy"  # type: ignore[method-assign]
+    (run.dir("validate") / "done.json").write_text(json.dumps(adapt._validate(run, run.dir("validate"))))
+    assert served == [None, run.dir("supervise") / "adapter"]
     run.dir("gate").mkdir()
     gate = adapt._gate(run, run.dir("gate"))
-    assert served == [None, run.dir("supervise") / "adapter"] and gate["candidates"] == {"supervised": 1.0}
+    assert served == [None, run.dir("supervise") / "adapter"]  # read back from the validate phase, not played
+    assert gate["candidates"] == {"supervised": 1.0} and gate["before"] == 0.0
     assert gate["chosen"] == "supervised" and gate["decision"]["promote"]
 
 

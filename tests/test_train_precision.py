@@ -124,3 +124,35 @@ def test_bad_train_dtype_is_a_clear_error(tmp_path):
 
     with pytest.raises(Exception, match="train_dtype must be auto, float32 or bfloat16"):
         EvolverGRPOConfig(output_dir=str(tmp_path), report_to="none", train_dtype="fp16")
+
+
+def test_adapts_supervised_steps_run_their_forward_in_bf16_and_keep_fp32_weights(tmp_path, monkeypatch):
+    """``trainers.evolve adapt``'s supervise phase (``train_lora``) follows ``train_dtype``: the forward's matmuls in
+    bf16 (1.7-1.9x fp32 a step on 2 cores, ``benchmarks/train_step_precision.py``), the LoRA weights saved in fp32;
+    its loss near fp32's."""
+    from safetensors.torch import load_file
+
+    from trainers.evolve.adapt_data import train_lora
+
+    seen: list[torch.dtype] = []
+    real_linear = torch.nn.functional.linear
+
+    def linear(x, w, b=None):
+        out = real_linear(x, w, b)
+        seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "linear", linear)
+    examples = [([5, 6, 7, 8, 9, 10], [-100, -100, 7, 8, 9, 10])] * 4
+    lora = {"lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
+    figures = {}
+    for dtype in ("float32", "bfloat16"):
+        seen.clear()
+        out = tmp_path / dtype
+        figures[dtype] = train_lora(TINY_POLICY, examples, out, seconds=60, lora=lora, max_steps=8, lr=1e-2,
+                                    progress=False, dtype=dtype)  # fmt: skip
+        assert figures[dtype]["dtype"] == dtype and figures[dtype]["steps"] == 8
+        assert set(seen) == {getattr(torch, dtype)}
+        weights = load_file(str(out / "adapter_model.safetensors"))
+        assert weights and all(w.dtype == torch.float32 for w in weights.values())
+    assert abs(figures["bfloat16"]["loss"] - figures["float32"]["loss"]) < 0.5 * figures["float32"]["loss"] + 0.05

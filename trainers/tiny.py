@@ -425,13 +425,17 @@ def evaluate_in_process(
     return out
 
 
-def supervised_step(model: Any, opt: Any, params: Any, batch: tuple[Any, Any, Any]) -> float:
+def supervised_step(model: Any, opt: Any, params: Any, batch: tuple[Any, Any, Any], dtype: Any = None) -> float:
     """One optimizer step on a ``padded_batches`` batch (the loss on labelled tokens only), gradients clipped to
-    norm 1; the loss. Shared by the tiny policy, ``trainers.warm_start`` and ``trainers.evolve adapt``."""
+    norm 1; the loss. ``dtype`` bfloat16: the forward under CPU bf16 autocast (``train_precision``). Shared by the
+    tiny policy, ``trainers.warm_start`` and ``trainers.evolve adapt``."""
     import torch
 
+    from .train_precision import precision_context
+
     ids, labels, mask = batch
-    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    with precision_context(dtype):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -24,7 +24,13 @@ import torch
 
 from .serving.precision import resolve_dtype
 
-__all__ = ["TRAIN_DTYPE_CHOICES", "TrainPrecisionMixin", "resolve_importance_correction", "resolve_train_dtype"]
+__all__ = [
+    "TRAIN_DTYPE_CHOICES",
+    "TrainPrecisionMixin",
+    "precision_context",
+    "resolve_importance_correction",
+    "resolve_train_dtype",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,11 @@ def resolve_train_dtype(
     if name not in TRAIN_DTYPE_CHOICES:
         raise ValueError(f"train_dtype must be one of {', '.join(TRAIN_DTYPE_CHOICES)}; got {name!r}.")
     return resolve_dtype(name, num_parameters=num_parameters, cpu_flags=cpu_flags)
+
+
+def precision_context(dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CPU for ``dtype`` bfloat16 (put the forward in it, not the backward), else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == torch.bfloat16 else contextlib.nullcontext()
 
 
 def resolve_importance_correction(args: Any, num_parameters: int) -> str:
@@ -75,9 +86,7 @@ class TrainPrecisionMixin:
         self.args.importance_correction = resolve_importance_correction(self.args, num_parameters)
 
     def _precision_context(self) -> contextlib.AbstractContextManager:
-        if getattr(self, "_train_dtype", torch.float32) != torch.bfloat16:
-            return contextlib.nullcontext()
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return precision_context(getattr(self, "_train_dtype", torch.float32))
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
         with self._precision_context():

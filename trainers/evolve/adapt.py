@@ -13,17 +13,20 @@ ones, resumes a partly done GRPO from its last checkpoint and charges a killed p
 4. ``supervise``: a LoRA adapter on the model's own successful rollouts, the explorer's references otherwise
    (with ``--mistake_chats``, each task once more begun with a mistake and the server's error; with
    ``--swap_chats N``, 3 by default, up to N first calls with the request's values swapped);
-5. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only, for the time ``--minutes`` leaves;
-6. ``gate``: the starting model, the supervised adapter and the GRPO adapter on the validation part, same
-   seeds; the better adapter there is the candidate (a tie keeps the supervised one: GRPO from an adapter that
-   solves few tasks can drift), gated against the starting model by the evolve loop's paired gate
-   (``gate.decide_paired``);
-7. ``heldout`` (only with ``--heldout``): before and after on the user's tasks, paired and seeded. The file is
+5. ``validate``: the starting model and the supervised adapter on the validation part, ``--k`` samples a task
+   with the same seeds (the gate reads them back; timed here, the GRPO adapter's evaluation is predicted from
+   them);
+6. ``grpo``: ``trainers.grpo`` from that adapter on the rl part only, for the time ``--minutes`` leaves;
+7. ``gate``: the GRPO adapter on the validation part with the same seeds; the better adapter there is the
+   candidate (a tie keeps the supervised one: GRPO from an adapter that solves few tasks can drift), gated
+   against the starting model by the evolve loop's paired gate (``gate.decide_paired``);
+8. ``heldout`` (only with ``--heldout``): before and after on the user's tasks, paired and seeded. The file is
    opened in this phase and nowhere else: never trained on, never used to choose anything.
 
 ``--minutes`` bounds the phases before the held-out one (``adapt_s`` in the JSON line): synthesize and supervise
 stop at their ``SHARES``, the own rollouts stop after a probe that solves nothing (``PROBE``), and GRPO gets what
-is left once the gate's time, predicted from the seconds an episode took in the rollouts phase, is set aside
+is left once the gate's time, predicted from the seconds an episode of the supervised adapter took in the
+validate phase, is set aside
 (too little left: no GRPO, the supervised adapter is the candidate). The held-out evaluation is the user's
 yardstick and comes on top. Then one JSON line (``heldout_before``, ``heldout_after``, ``paired_gain``,
 ``lower_bound``, ``tasks_synthesized``, ``sft_examples``, ``grpo_steps``, ``adapt_s``, ``wall_s``, ...).
@@ -48,9 +51,9 @@ from langgraph_evolver.errors import ConfigError, EvolverError
 
 from .adapt_grpo import grpo_phase
 
-__all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "supervise_phase", "tasks_file"]
+__all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "phase_dir", "supervise_phase", "tasks_file"]
 
-PHASES = ("synthesize", "split", "rollouts", "supervise", "grpo", "gate", "heldout")
+PHASES = ("synthesize", "split", "rollouts", "supervise", "validate", "grpo", "gate", "heldout")
 SHARES = {"synthesize": 0.2, "supervise": 0.2}
 """Shares of ``--minutes`` that stop these phases; GRPO gets the rest less the gate's predicted time
 (``Run.budget_s``), the rollouts and evaluations are sized by their tasks."""
@@ -58,10 +61,6 @@ SHARES = {"synthesize": 0.2, "supervise": 0.2}
 PROBE = 16
 """The starting model's own rollouts stop after this many sft tasks when it solved none of them: four runs on
 the library and sheets servers solved 1 of 159 (260-293 s each), time the GRPO phase can use."""
-
-EPISODE_S = 7.0
-"""Seconds an evaluation episode is predicted to take when the rollouts phase measured none (SmolLM2-135M on 2
-cores: 6.2-7.3 s in the rollouts phases of four runs, 3.7-7.3 s in their gates)."""
 
 LORA = {"lora_r": 16, "lora_alpha": 32,
         "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -79,8 +78,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "after only (never trained on)")  # fmt: skip
     p.add_argument("--minutes", type=float, required=True,
                    help=f"the time budget of every phase but the held-out evaluation: {shares} at most, the "
-                   "rollouts sized by the sft tasks, GRPO the rest less the gate's predicted time (the gate's "
-                   "tasks times --k times the seconds an episode took in the rollouts phase)")  # fmt: skip
+                   "rollouts and the validate phase sized by their tasks, GRPO the rest less the gate's predicted "
+                   "time (the validation tasks times --k times the seconds an episode of the supervised adapter "
+                   "took in the validate phase)")  # fmt: skip
     p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
     p.add_argument("--model_path", default="checkpoints/smollm2-warm",
                    help="the starting model: a checkpoint, an adapter directory or a trainers.models name")  # fmt: skip
@@ -112,10 +112,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_turns", type=int, default=8)
     _switch(p, "repeat_guard",
             on="the reference agent adds a note to a repeated call's result when it is the same as before ('answer "
-            "from it, or make a different call'), and the supervised chats teach answering after it "
-            "(graphs/agent.py, docs/your-domain.md)",
+            "from it, or make a different call'), and the supervised chats teach answering after it (not with "
+            "--agent: your agent adds no note; graphs/agent.py, docs/your-domain.md)",
             off="no note on repeated results, no repeat chats (the runs before session 63)")  # fmt: skip
     p.add_argument("--max_completion_length", type=int, default=128)
+    p.add_argument("--train_dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                   help="what supervise's and GRPO's forwards compute in on CPU (auto: bf16 autocast where the CPU "
+                   "has bf16 instructions, fp32 before session 64's supervise; docs/real-model.md)")  # fmt: skip
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
     p.add_argument("--stop_after", choices=PHASES, default=None, help="stop once this phase is done (resume later)")
     p.add_argument("--promote", default=None, help="served name to point at the adapter when the gate passes")
@@ -199,7 +202,7 @@ class Run:
         less what earlier runs spent in it before a kill (``interrupted_s``). The other phases are sized by their
         tasks."""
         if phase == "grpo":
-            return self.args.minutes * 60 - self.spent_s() - self.gate_s(candidates=2) - self.interrupted_s(phase)
+            return self.args.minutes * 60 - self.spent_s() - self.gate_s() - self.interrupted_s(phase)
         return max(0.0, self.args.minutes * 60 * SHARES[phase] - self.interrupted_s(phase))
 
     def interrupted_s(self, phase: str) -> float:
@@ -217,18 +220,17 @@ class Run:
         markers = [self.dir(name) / "done.json" for name in PHASES if name != "heldout"]
         return sum(float(json.loads(m.read_text()).get("phase_s", 0.0)) for m in markers if m.exists())
 
-    def gate_s(self, *, candidates: int) -> float:
-        """The gate's predicted seconds: the starting model and ``candidates`` adapters, ``--k`` episodes of each
-        validation task, at the seconds an episode of the starting model took in the rollouts phase (``EPISODE_S``
-        if it ran none). An upper estimate where the adapters answer sooner: sheets runs 2-3 took 3.7 and 4.6 s an
-        episode in their gates, 6.2-6.7 in their rollouts (library run 6: 7.3 and 6.9)."""
-        done = json.loads((self.dir("rollouts") / "done.json").read_text())
-        episode = done.get("episode_s") or (done["phase_s"] / done["rollouts"] if done.get("rollouts") else EPISODE_S)
-        validation = len(tasks_file(self.dir("split") / "validation.jsonl"))
-        return episode * validation * self.args.k * (1 + candidates)
+    def gate_s(self) -> float:
+        """The gate's predicted seconds: the GRPO adapter's episodes on the validation part at the seconds an
+        episode of the supervised adapter took in the validate phase (the starting model's and the supervised
+        adapter's rollouts are done by then). Before session 64 the gate ran all three, predicted at the starting
+        model's seconds in the rollouts phase: library run 12 set 33 minutes aside and its gate took 23 (6.9 s an
+        episode predicted; the adapters answered in fewer calls), so GRPO ran 5 steps where 15 fitted."""
+        done = json.loads((self.dir("validate") / "done.json").read_text())
+        return float(done["supervised_episode_s"]) * int(done["episodes"])
 
     def dir(self, phase: str) -> Path:
-        return self.out / f"{PHASES.index(phase) + 1}-{phase}"
+        return phase_dir(self.out, phase)
 
     def phase(self, name: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
         """``fn(dir)`` unless the phase is done already (its ``done.json`` read back instead)."""
@@ -296,6 +298,13 @@ class Run:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+def phase_dir(out: Path, phase: str) -> Path:
+    """``out/<n>-<phase>``, or the directory a run from before the validate phase (session 64) gave ``phase``
+    (``5-grpo``, ``6-gate``, ``7-heldout``) where it exists, so those runs resume and their benchmarks read."""
+    found = sorted(out.glob(f"[0-9]-{phase}"))
+    return found[0] if found else out / f"{PHASES.index(phase) + 1}-{phase}"
 
 
 def tasks_file(path: Path) -> list[Any]:
@@ -388,32 +397,36 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
                                            seed=run.args.seed, with_mistakes=run.args.mistake_chats,
                                            swaps=run.args.swap_chats, others=others,
-                                           repeats=run.args.repeat_guard)  # fmt: skip
+                                           repeats=run.args.repeat_guard and not run.args.agent)  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
     trained = train_lora(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
-                         max_steps=run.args.sft_steps, progress=not run.args.no_progress)  # fmt: skip
+                         max_steps=run.args.sft_steps, progress=not run.args.no_progress,
+                         dtype=run.args.train_dtype)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
             "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
             "from_repeats": counts["repeat"], "skipped": counts["skipped"],
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
-def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path) -> dict[str, Any]:
+def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
+              ran: dict[str, list[Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     """The starting model and each candidate on ``tasks``, k samples each, the same seeds; the best candidate
-    there (the first on a tie) gated against the starting model. ``after.jsonl`` holds the chosen one's rollouts."""
+    there (the first on a tie) gated against the starting model. ``after.jsonl`` holds the chosen one's rollouts.
+    ``ran``: rollouts of the same tasks and seeds made before (the validate phase's ``before`` and ``supervised``),
+    read instead of played again."""
     from langgraph_evolver.types import write_jsonl
     from trainers.evaluate import summarize
 
     from .gate import decide_paired, sample_rewards
 
-    k, seed = run.args.k, run.args.seed
-    before = run.rollouts(tasks, None, k=k, seed=seed)
+    k, seed, ran = run.args.k, run.args.seed, ran or {}
+    before = ran.get("before") or run.rollouts(tasks, None, k=k, seed=seed)
     write_jsonl(d / "before.jsonl", before)
     scored: dict[str, tuple[float, list[Any]]] = {}
     for name, adapter in candidates.items():
-        after = run.rollouts(tasks, adapter, k=k, seed=seed)
+        after = ran.get(name) or run.rollouts(tasks, adapter, k=k, seed=seed)
         if len(candidates) > 1:
             write_jsonl(d / f"{name}.jsonl", after)
         scored[name] = (summarize(after, k)["all"][f"avg@{k}"], after)
@@ -426,14 +439,40 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path) 
             "candidates": {name: v[0] for name, v in scored.items()}}  # fmt: skip
 
 
+VALIDATED = ("before", "supervised")  # the validate phase plays the starting model and the supervised adapter
+
+
+def _validate(run: Run, d: Path) -> dict[str, Any]:
+    """The starting model and the supervised adapter on the validation part, each timed per episode (the server's
+    start and the adapter's load apart): the gate reads the rollouts back, and ``Run.gate_s`` predicts the GRPO
+    adapter's from the supervised one's seconds."""
+    from langgraph_evolver.types import write_jsonl
+    from trainers.evaluate import summarize
+
+    tasks = tasks_file(run.dir("split") / "validation.jsonl")
+    k, out = run.args.k, {}
+    for name, adapter in zip(VALIDATED, (None, run.dir("supervise") / "adapter"), strict=True):
+        run.model(adapter)
+        started = time.perf_counter()
+        played = run.rollouts(tasks, adapter, k=k, seed=run.args.seed)
+        write_jsonl(d / f"{name}.jsonl", played)
+        out[name] = summarize(played, k)["all"][f"avg@{k}"]
+        out[f"{name}_episode_s"] = round((time.perf_counter() - started) / max(len(played), 1), 2)
+    return {**out, "episodes": len(tasks) * k}
+
+
 def _gate(run: Run, d: Path) -> dict[str, Any]:
     """Validation chooses the candidate, the supervised adapter on a tie (GRPO from an adapter that solves few
-    tasks can drift), and gates it against the starting model."""
+    tasks can drift), and gates it against the starting model; the validate phase's rollouts are read back."""
+    from langgraph_evolver.types import Trajectory, read_jsonl
+
     tasks = tasks_file(run.dir("split") / "validation.jsonl")
     candidates = {"supervised": run.dir("supervise") / "adapter"}
     if (grpo := _grpo_adapter(run)) is not None:  # None: no time was left for GRPO
         candidates["grpo"] = grpo
-    return _evaluate(run, tasks, candidates, d)
+    v = run.dir("validate")
+    ran = {name: list(read_jsonl(v / f"{name}.jsonl", Trajectory)) for name in VALIDATED if (v / "done.json").exists()}
+    return _evaluate(run, tasks, candidates, d, ran)
 
 
 def _heldout(run: Run, d: Path) -> dict[str, Any]:
@@ -479,6 +518,7 @@ def adapt(args: argparse.Namespace) -> dict[str, Any]:
         ("split", lambda d: _split(run, d)),
         ("rollouts", lambda d: _own_rollouts(run, d)),
         ("supervise", lambda d: supervise_phase(run, d)),
+        ("validate", lambda d: _validate(run, d)),
         ("grpo", lambda d: grpo_phase(run, d, LORA)),
         ("gate", lambda d: _gate(run, d)),
     ]

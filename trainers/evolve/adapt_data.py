@@ -386,11 +386,13 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
 
 def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], out: Path, *, seconds: float,
                lora: dict[str, Any], lr: float = 1e-3, batch_size: int = 4, max_steps: int | None = None,
-               progress: bool = True) -> dict[str, Any]:  # fmt: skip
+               progress: bool = True, dtype: str = "auto") -> dict[str, Any]:  # fmt: skip
     """A LoRA adapter of ``lora``'s shape trained on ``examples`` for ``seconds`` (or ``max_steps``), saved to ``out``.
 
     The loop is ``trainers.warm_start``'s (AdamW, clipped gradients, loss on labeled tokens only) without its
-    sandbox validation: the gate on the synthesized validation part judges the result.
+    sandbox validation: the gate on the synthesized validation part judges the result. ``dtype`` is GRPO's
+    ``train_dtype`` (``auto``: bf16 autocast forwards on a CPU with bf16 instructions, the weights and the
+    optimizer in fp32; 1.7-1.9x fp32 a step on this project's 2 cores, ``benchmarks/train_step_precision.py``).
     """
     import time
 
@@ -400,12 +402,14 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainers.tiny import padded_batches, supervised_step
+    from trainers.train_precision import resolve_train_dtype
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     base = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     config = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=0.0,
                         target_modules=lora["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
     model = get_peft_model(base, config)
+    compute = resolve_train_dtype(dtype, num_parameters=sum(p.numel() for p in base.parameters()))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batches = padded_batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
     params = [p for p in model.parameters() if p.requires_grad]
@@ -414,7 +418,7 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     bar = tqdm(total=max_steps, desc="adapt: supervise", unit="step", disable=not progress, mininterval=2)
     model.train()
     while time.perf_counter() - started < seconds and (max_steps is None or step < max_steps):
-        loss = supervised_step(model, opt, params, next(batches))
+        loss = supervised_step(model, opt, params, next(batches), compute)
         step += 1
         losses.append(loss)
         bar.update(1)
@@ -426,4 +430,5 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     tmp.rename(out)
     recent = losses[-10:]
     return {"steps": step, "loss": round(sum(recent) / len(recent), 4) if recent else None,
-            "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+            "seconds": round(time.perf_counter() - started, 1),
+            "dtype": str(compute).removeprefix("torch.")}  # fmt: skip

@@ -108,7 +108,7 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
               "max_tokens_per_microbatch": 2048,  # a 49k-token vocabulary's logits are the memory peak
               "learning_rate": a.grpo_lr, "lr_scheduler_type": "constant", "beta": 0.0, "loss_type": "dapo",
               "eval_before": False, "eval_after": False, "save_strategy": "steps", "save_steps": 1,
-              "save_total_limit": 2, "logging_steps": 1, "seed": a.seed}  # fmt: skip
+              "save_total_limit": 2, "logging_steps": 1, "seed": a.seed, "train_dtype": a.train_dtype}  # fmt: skip
     config = {k: v for k, v in config.items() if v is not None}
     path = d / "train_config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
