@@ -18,6 +18,7 @@ import pytest
 
 from langgraph_evolver.environment import environment_factory
 from langgraph_evolver.types import Task, ToolCall
+from trainers.evolve import adapt_data
 from trainers.evolve.__main__ import main
 from trainers.evolve.adapt_data import PARTS, family, mistake_chat, mistakes, recovery_chat, signature, split_tasks
 
@@ -394,7 +395,8 @@ def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_its_name_pas
                      ({"name": "search_people", "arguments": {"query": "Grace Hopper"}}, 1),
                      ({"name": "send_message", "arguments": {"person_id": "P8", "text": "hi"}}, 1)]  # fmt: skip
     results = [m["content"] for m in turns if m["role"] == "tool"]
-    assert "no person 'Grace Hopper'" in results[0] and "P8" in results[1] and "Done." == turns[-1]["content"]
+    assert "no person 'Grace Hopper'" in results[0] and "P8" in results[1]
+    assert turns[-1]["content"].startswith("Done") and turns[-1]["content"] == adapt_data.confirmation(results[-1])
     assert tools  # the server's tools, as the agent sees them
 
 

@@ -28,9 +28,9 @@ from langgraph_evolver.questioning.facts import FACT_KEY
 from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
-__all__ = ["PARTS", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes", "recovery_chat",
-           "reference_chat", "repeat_chat", "signature", "split_tasks", "supervised_examples", "swap_values",
-           "swapped_tasks", "train_lora"]  # fmt: skip
+__all__ = ["PARTS", "confirmation", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes",
+           "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks", "supervised_examples",
+           "swap_values", "swapped_tasks", "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -97,11 +97,12 @@ _QUOTED = 8
 """The most of a read task's expected values a supervised final answer quotes."""
 
 
-def final_answer(task: Task) -> str:
+def final_answer(task: Task, last: str | None = None) -> str:
     """The reply that ends a supervised chat of ``task``: its ``answer``; for a read task checked by the values
     its reads returned (``expected_values``: an answer must quote one), those values, the first ``_QUOTED``;
-    "Done." for a task checked by its end state. (Ending a read task with "Done." would teach the model to
-    drop what it read: replay scoring gives such an answer nothing.) A fact question's answer names the field it
+    for a task checked by its end state, "Done." and what its last result (``last``) says (``confirmation``).
+    (Ending a read task with "Done." would teach the model to drop what it read: replay scoring gives such an
+    answer nothing.) A fact question's answer names the field it
     reports, as the result did (``"available": 1`` -> ``available: 1``): a bare value left the small model
     nothing to tell the field asked for from the record's id beside it, and adapted models answered ``B105``
     where the question asked how many copies were available.
@@ -109,8 +110,8 @@ def final_answer(task: Task) -> str:
     Example:
         >>> final_answer(Task(id="t", query="When was Dune published?", metadata={"expected_values": ["1965"]}))
         'Here is what I found: 1965.'
-        >>> final_answer(Task(id="t", query="Cancel B1."))
-        'Done.'
+        >>> final_answer(Task(id="t", query="Cancel B1.")), final_answer(Task(id="t", query="Cancel B1."), "B1 off")
+        ('Done.', 'Done: B1 off.')
         >>> final_answer(Task(id="t", query="How many?", metadata={"answer": "3"}))
         '3'
         >>> final_answer(Task(id="t", query="How many are free?", metadata={"answer": "3", "fact": "available"}))
@@ -123,7 +124,41 @@ def final_answer(task: Task) -> str:
         field = task.metadata.get(FACT_KEY)
         return f"{str(field).replace('_', ' ')}: {answer}" if field else str(answer)
     values = expected_answer(task)
-    return f"Here is what I found: {', '.join(values[:_QUOTED])}." if values else "Done."
+    return f"Here is what I found: {', '.join(values[:_QUOTED])}." if values else confirmation(last)
+
+
+_VALUE_CHARS = 60
+"""The longest text value a confirmation quotes."""
+
+
+def confirmation(result: str | None) -> str:
+    """The word "Done." and the top-level values of a write's result: its one text, or its fields as ``key: value``
+    (the first ``_QUOTED`` of them; lists, objects and long texts left out). A bare "Done." after every write
+    taught adapted models to end questions with it too: 8 of 72 question episodes of library run 12's
+    validation ended "Done." after a read that showed the answer ("How much does Ben Osei owe in fines?" after
+    ``get_member``); an answer that says what the last result said keeps its values.
+
+    Example:
+        >>> confirmation('{"loan_id": "L5", "due": "2026-03-23", "renewed": false, "book": {"id": "B1"}}')
+        'Done: loan id: L5, due: 2026-03-23, renewed: False.'
+        >>> confirmation(None), confirmation('[{"a": 1}, {"a": 2}]')
+        ('Done.', 'Done.')
+    """
+    from langgraph_evolver.tool_results import read_result
+
+    data = read_result(result or "")
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    items = data.items() if isinstance(data, dict) else [(None, data)]
+    pairs = [str(v) if k is None else f"{str(k).replace('_', ' ')}: {v}" for k, v in items
+             if isinstance(v, str | int | float) and len(str(v)) <= _VALUE_CHARS]  # fmt: skip
+    return f"Done: {', '.join(pairs[:_QUOTED])}." if pairs else "Done."
+
+
+def _answer(task: Task, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant turn that ends a chat of ``task`` whose last message is its last call's result."""
+    last = messages[-1]["content"] if messages and messages[-1].get("role") == "tool" else None
+    return {"role": "assistant", "content": final_answer(task, last)}
 
 
 def _step(env: Any, messages: list[dict[str, Any]], call_id: str, call: ToolCall) -> ToolObservation:
@@ -139,7 +174,7 @@ def reference_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dic
     messages, tools = list(obs.messages), list(obs.tools)
     for i, call in enumerate(task.reference_solution or ()):
         _step(env, messages, f"call_{i}", call)
-    messages.append({"role": "assistant", "content": final_answer(task)})
+    messages.append(_answer(task, messages))
     return messages, tools
 
 
@@ -160,7 +195,7 @@ def repeat_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict[s
     messages[-2]["weight"] = 0
     if messages[-1]["content"] == earlier:
         messages[-1]["content"] = with_repeat_note(earlier, reference[-1].name)
-    messages.append({"role": "assistant", "content": final_answer(task)})
+    messages.append({"role": "assistant", "content": final_answer(task, earlier)})  # the result, not the note
     return messages, tools
 
 
@@ -200,7 +235,7 @@ def _after_mistake(env: Any, task: Task, wrong: ToolCall) -> tuple[list[dict[str
     messages[-2]["weight"] = 0
     for i, call in enumerate(task.reference_solution or ()):
         _step(env, messages, f"call_{i}", call)
-    messages.append({"role": "assistant", "content": final_answer(task)})
+    messages.append(_answer(task, messages))
     return messages, tools
 
 
