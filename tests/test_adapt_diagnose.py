@@ -47,3 +47,21 @@ def test_the_supervise_ab_moves_rl_tasks_into_sft(tmp_path):
            for part in ("sft", "rl")}  # fmt: skip
     assert ids == {"sft": ["s1", "r0", "r1", "r2"], "rl": ["r3", "r4"]}
     assert (split / "more_sft").read_text() == "3\n"
+
+
+def test_the_unchosen_adapters_replay_names_the_missing_adapter(tmp_path, capsys):
+    """``adapt_heldout_unchosen.py`` plays the adapter validation did not choose: the supervised one when GRPO's
+    was chosen, found in the run's own directories (a run from before the validate phase too), and a run without
+    it is one clear error, before any server starts."""
+    import pytest
+
+    from benchmarks.adapt_heldout_unchosen import main
+
+    run = tmp_path / "run"
+    (run / "6-gate").mkdir(parents=True)
+    (run / "6-gate" / "done.json").write_text(json.dumps({"chosen": "grpo", "adapter": "x"}))
+    argv = ["--run", str(run), "--out", str(tmp_path / "out"), "--env", "sandbox", "--model_path", "m",
+            "--heldout", "h.jsonl"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert f"no supervised adapter to play ({run / '4-supervise' / 'adapter'})" in capsys.readouterr().err
