@@ -93,8 +93,11 @@ def diagnose(trajectories: Sequence[Trajectory], *, top: int = 6) -> dict:
 
 
 def run_files(run: Path) -> list[Path]:
-    """An adapt run's evaluation files: the gate's (validation) and the held-out phase's."""
-    return sorted(run.glob("[0-9]-gate/*.jsonl")) + sorted(run.glob("[0-9]-heldout/*.jsonl"))
+    """An adapt run's evaluation files: the gate's (validation) and the held-out phase's (``adapt.phase_dir``: a
+    run from before the validate phase has them in ``6-gate``, ``7-heldout``)."""
+    from trainers.evolve.adapt import phase_dir
+
+    return [f for phase in ("gate", "heldout") for f in sorted(phase_dir(run, phase).glob("*.jsonl"))]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -106,9 +109,8 @@ def main(argv: list[str] | None = None) -> dict:
         p.error(f"no rollouts under {', '.join(map(str, args.paths))} (an adapt run writes 7-gate/ and 8-heldout/)")
     out = {}
     for f in files:
-        name = (
-            f"{f.parent.parent.name}/{f.parent.name}/{f.name}" if f.parent.name[2:] in ("gate", "heldout") else str(f)
-        )
+        phase = f.parent.name.endswith(("-gate", "-heldout"))
+        name = f"{f.parent.parent.name}/{f.parent.name}/{f.name}" if phase else str(f)
         figures = diagnose(list(read_jsonl(f, Trajectory)))
         out[name] = figures
         print(f"{name:40s} reward {figures['reward']:.3f}  first call right {figures['first_call_right']:.3f}  "
