@@ -69,6 +69,8 @@ class Fact(NamedTuple):
     answer: str
     field: str
     resolves: list[list[Any]]
+    alternates: tuple[str, ...] = ()
+    """Other wordings of the question (``_alternates``): the same field of the same record."""
 
 
 def _fields(record: dict[str, Any], name: str) -> Iterator[tuple[str, str]]:
@@ -234,17 +236,35 @@ def fact_questions(
                 if (value, field) in seen:
                     continue
                 seen.add((value, field))
-                template = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
+                described = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
+                template = described
                 if template is None or rng.random() < 0.5:
                     template = _count_template(field, answer) or rng.choice(templates)
-                query = template.format(name=name, field=field.replace("_", " "), entity=entity)
-                out.append(Fact(query, reference, answer, field, resolves))
+                shown = {"name": name, "field": field.replace("_", " "), "entity": entity}
+                query = template.format(**shown)
+                counts = [t for t in (described, _count_template(field, answer)) if t]  # a count reads as one
+                others = _alternates(query, counts or templates, shown)
+                out.append(Fact(query, reference, answer, field, resolves, others))
             if (lookup is not None and by_name and (value, "id") not in seen
                     and random.Random(f"id-{seed}-{value}").random() < id_share):  # fmt: skip
                 seen.add((value, "id"))  # the lookup's result shows the id: "What is Chloe Martin's member id?"
                 query = rng.choice(_ID_TEMPLATES).format(name=name, entity=entity)
-                out.append(Fact(query, (lookup,), value, "id", resolves))
+                others = _alternates(query, _ID_TEMPLATES, {"name": name, "entity": entity})
+                out.append(Fact(query, (lookup,), value, "id", resolves, others))
     return out
+
+
+_ALTERNATES = 2
+"""Other wordings a fact question keeps (``phrasings.PHRASINGS_KEY``)."""
+
+
+def _alternates(query: str, templates: Sequence[str], shown: dict[str, str]) -> tuple[str, ...]:
+    """Up to ``_ALTERNATES`` other wordings of ``query`` from ``templates``, none twice, drawn by the query (a
+    draw of their own: the questions drawn after it stay as they were)."""
+    rng = random.Random(f"alternates-{query}")
+    texts = list(dict.fromkeys(t.format(**shown) for t in templates))
+    others = [t for t in texts if t != query]
+    return tuple(rng.sample(others, min(_ALTERNATES, len(others))))
 
 
 def table_rows(value: Any) -> list[dict[str, Any]]:
@@ -295,8 +315,11 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
             if not fields:
                 continue
             field, answer = rng.choice(fields)
-            query = f"{rng.choice(_PLAIN).format(name=label, field=field)} {where}".rstrip()
-            out.append(Fact(query, (call,), answer, f"{field} of {label}", []))
+            shown = {"name": label, "field": field}
+            query = f"{rng.choice(_PLAIN).format(**shown)} {where}".rstrip()
+            others = tuple(f"{t} {where}".rstrip() for t in _alternates(query.removesuffix(where).rstrip(),
+                                                                       _PLAIN, shown))  # fmt: skip
+            out.append(Fact(query, (call,), answer, f"{field} of {label}", [], others))
     return out
 
 

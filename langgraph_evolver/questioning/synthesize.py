@@ -30,6 +30,7 @@ from langgraph_evolver.tool_results import holds_token
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .facts import FACT_KEY, fact_questions, table_facts
+from .phrasings import PHRASINGS_KEY, alternates
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
 from .wording import (
     Owned,
@@ -447,10 +448,12 @@ def synthesize(
             if task_id in tasks:
                 continue
             query = describer(chosen) if describer is not None else None
+            others: list[str] = []
             if not query and descriptions:
                 query = describe_with_descriptions(
                     chosen, descriptions, records, seed=seed + int(digest[:8], 16), names=names
                 )
+                others = alternates(query, chosen, descriptions, records, seed=seed + int(digest[:8], 16), names=names)
             if not query:
                 query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
             tasks[task_id] = _task(trajectory, task_id, query, reference, {
@@ -460,6 +463,7 @@ def synthesize(
                 **carried,
                 **({SNAPSHOT_KEY: probes} if probes and trajectory.metadata.get("task_setup") else {}),
                 **({RESOLVES_KEY: resolves} if resolves else {}),
+                **({PHRASINGS_KEY: others} if others else {}),
             })  # fmt: skip
     if descriptions and describer is None:  # single facts asked by a record's name ("What is Ben Osei's fines?")
 
@@ -472,7 +476,8 @@ def synthesize(
             tasks.setdefault(task_id, _task(trajectory, task_id, fact.query, fact.reference, {
                 "confidence": 1.0, "synthesizer": SYNTHESIZER_NAME, **carried, "answer": fact.answer,
                 INTENTS_KEY: 1, FACT_KEY: fact.field,
-                **({RESOLVES_KEY: fact.resolves} if fact.resolves else {})}))  # fmt: skip
+                **({RESOLVES_KEY: fact.resolves} if fact.resolves else {}),
+                **({PHRASINGS_KEY: list(fact.alternates)} if fact.alternates else {})}))  # fmt: skip
     out = list(tasks.values())
     if max_tasks is not None and len(out) > max_tasks:
         out = _sample(out, max_tasks, seed)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_evolver.questioning.facts import FACT_KEY
+from langgraph_evolver.questioning.phrasings import PHRASINGS_KEY, phrased
 from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
@@ -61,7 +62,9 @@ def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, se
 
     Tasks are grouped by ``family`` (tasks of one signature have the same calls), the groups shuffled with
     ``seed`` and dealt out whole; every part gets at least one group when there are enough (validation first:
-    a gate with no task decides nothing).
+    a gate with no task decides nothing). A validation task is asked in one of its wordings (its request or one
+    of ``phrasings.PHRASINGS_KEY``, drawn with ``seed`` and its id): the gate then scores how the adapter takes
+    requests as they come, not the one shape of the synthesizer's first wording.
     """
     groups: dict[str, list[Task]] = {}
     seen_ids: set[str] = set()
@@ -85,7 +88,13 @@ def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, se
     for name, count in zip(PARTS, want, strict=True):
         parts[name] = [t for k in keys[start : start + count] for t in groups[k]]
         start += count
+    parts["validation"] = [phrased(t, random.Random(f"{seed}-{t.id}").randrange(1 + len(_wordings(t))))
+                           for t in parts["validation"]]  # fmt: skip
     return parts
+
+
+def _wordings(task: Task) -> list[str]:
+    return list(task.metadata.get(PHRASINGS_KEY) or [])
 
 
 def _assistant_call(call_id: str, call: ToolCall) -> dict[str, Any]:
@@ -375,7 +384,10 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
     references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``).
     A reference that no longer replays (the tool raised) is skipped, not taught; so is a swap chat whose request
     does not render, alone (each counted in ``skipped``). With ``repeats`` it is also taught as the answer after
-    a repeat of its last call (``repeat_chat``; counted in ``repeat``).
+    a repeat of its last call (``repeat_chat``; counted in ``repeat``). Each chat made of a task asks in the
+    task's next wording (``phrasings.phrased``: its request, then its ``PHRASINGS_KEY`` in turn), the swaps in
+    the one after (in its request when that one quotes no value once): the same calls under the shapes people
+    ask in, at no more examples.
     """
     from trainers.tiny import encode_example
 
@@ -397,10 +409,16 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
         try:
             env = env_factory(task)
             try:
-                chats = [("reference", reference_chat(env, task)), ("recovery", recovery_chat(env, task)),
-                         ("mistake", mistake_chat(env, task, rng) if with_mistakes else None),
-                         ("repeat", repeat_chat(env, task) if repeats else None)]  # fmt: skip
-                made = swapped_tasks(task, values, rng, swaps, avoid)
+                makers = [("reference", reference_chat), ("recovery", recovery_chat),
+                          ("mistake", (lambda e, t: mistake_chat(e, t, rng)) if with_mistakes else None),
+                          ("repeat", repeat_chat if repeats else None)]  # fmt: skip
+                chats, worded = [], 0  # each chat made asks in the task's next wording (``phrased``)
+                for kind, make in makers:
+                    chat = make(env, phrased(task, worded)) if make is not None else None
+                    chats.append((kind, chat))
+                    worded += chat is not None
+                made = (swapped_tasks(phrased(task, worded), values, rng, swaps, avoid)
+                        or swapped_tasks(task, values, rng, swaps, avoid))  # a wording may quote no value once
                 avoid |= {folded(t.query) for t in made}
                 for swapped in made:  # one that fails to render costs itself only, not the task's reference
                     try:

@@ -67,13 +67,22 @@ def _steps_logged(train_dir: Path) -> int:
 
 
 def _store(rl_tasks: Path, out: Path) -> Path:
-    """The rl part as a ``TaskStore`` (what ``trainers.grpo``'s ``task_store`` reads)."""
+    """The rl part as a ``TaskStore`` (what ``trainers.grpo``'s ``task_store`` reads), each task once in each of
+    its wordings (``phrasings.PHRASINGS_KEY``; id ``<id>~w<i>``), so GRPO's draws ask in all of them: an adapter
+    trained on one wording a task learned that wording (library run 13: validation's one-call requests 0.91,
+    the hand-written ones 0.38)."""
+    import dataclasses
+
     from langgraph_evolver.questioning import TaskStore
+    from langgraph_evolver.questioning.phrasings import PHRASINGS_KEY, phrased
     from langgraph_evolver.types import Task, read_jsonl
 
     if not out.exists():
+        tasks = list(read_jsonl(rl_tasks, Task))
+        worded = [dataclasses.replace(phrased(t, i), id=f"{t.id}~w{i}") for t in tasks
+                  for i in range(1, 1 + len(t.metadata.get(PHRASINGS_KEY) or []))]  # fmt: skip
         with TaskStore(out) as store:
-            store.add_many_counted(list(read_jsonl(rl_tasks, Task)))
+            store.add_many_counted([*tasks, *worded])
     return out
 
 

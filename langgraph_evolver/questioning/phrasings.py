@@ -1,0 +1,184 @@
+"""Other wordings of one synthesized request: the same calls asked the way people type them (issue 43).
+
+Every request ``describe_with_descriptions`` writes has one shape: the tool's description with the values put in
+("Could you join the waiting list for book 'Beloved' with no copy on the shelf with member 'Dev Patel'?"). An
+adapter trained on that shape learned the shape: library run 13's GRPO adapter solved 0.91 of the one-call
+validation requests and 0.38 of the hand-written one-call requests. People write shorter, from the verb of what
+they want and the names they know ("Dev Patel wants to reserve Beloved.", "Renew loan L1."). ``terse_request``
+writes that shape from the tool's name (``reserve``, ``return_book``: a verb and what it acts on) and the call's
+values; ``alternates`` gives a task's other wordings (that one and the description's under another draw), kept
+in ``task.metadata[PHRASINGS_KEY]``. ``trainers.evolve adapt`` teaches each supervised task under its wordings,
+lets GRPO draw among them, and asks its validation part in a drawn one.
+
+Nothing here reads a server's name or its domain: only a tool's name, its description's first word, the
+arguments' names (``member_id``: a person's record, ``_OWNER_KEYS``) and the records' names the exploration saw.
+
+Example:
+    >>> from langgraph_evolver.types import ToolCall
+    >>> terse_clause(ToolCall(name="reserve", arguments={"member_id": "M4", "book_id": "B102"}),
+    ...              "Join the waiting list for a book.", {}, {"M4": "Dev Patel", "B102": "Beloved"}, wants=True,
+    ...              quote=False)
+    'Dev Patel wants to reserve Beloved'
+    >>> terse_clause(ToolCall(name="renew", arguments={"loan_id": "L1"}), "Renew a loan for 14 more days.", {}, {})
+    'renew loan L1'
+    >>> terse_clause(ToolCall(name="return_book", arguments={"loan_id": "L2"}), "Return a loan.", {},
+    ...              {"L2": Owned("Dev Patel", "loan", "Middlemarch")}, wants=True)
+    "Dev Patel wants to return 'Middlemarch'"
+    >>> terse_clause(ToolCall(name="list_loans", arguments={"member_id": "M4"}), "Open loans of a member.", {},
+    ...              {"M4": "Dev Patel"})
+    "show me Dev Patel's loans"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph_evolver.types import ToolCall, ToolObservation
+
+from .profile import MORE_WRITE_VERBS, READ_VERBS, WRITE_VERBS, plural, singular, tool_kind
+from .wording import _OWNER_KEYS, Owned, arg_noun, describe_with_descriptions, id_argument, quotes, shown_value
+
+__all__ = ["PHRASINGS_KEY", "alternates", "phrased", "terse_clause", "terse_request"]
+
+PHRASINGS_KEY = "phrasings"
+"""``task.metadata`` key of a synthesized task's other wordings of its request (``alternates``)."""
+_VERBS = READ_VERBS | WRITE_VERBS | MORE_WRITE_VERBS
+_TERSE_JOINERS = (", then ", ". Then ", " and ")
+_AMOUNTS = frozenset({"amount", "quantity", "qty", "count", "number", "total", "sum", "value"})
+"""Numeric arguments a request says as a bare amount ("pay fine of 1"), not by their name."""
+
+
+def _name_words(name: str) -> list[str]:
+    """A tool name's words: ``return_book`` and ``returnBook`` -> ``["return", "book"]``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name).replace("_", " ").replace("-", " ")
+    return [w.lower() for w in spaced.split() if w]
+
+
+def _verb(name: str, description: str) -> tuple[str, str] | None:
+    """The verb a tool's name starts with and what it acts on (``("return", "book")``, ``("reserve", "")``): the
+    first word when it is a known verb or the description's first word; ``None`` otherwise ("zone_info")."""
+    words = _name_words(name)
+    if not words:
+        return None
+    first_described = (description.strip().split() or [""])[0].lower().strip(".,:;")
+    if words[0] not in _VERBS and words[0] != first_described:
+        return None
+    return words[0], " ".join(words[1:])
+
+
+def _person(arg: str) -> bool:
+    return arg_noun(arg) in _OWNER_KEYS
+
+
+def terse_clause(call: ToolCall, description: str, records: Mapping[Any, str], names: Mapping[str, str] | None = None,
+                 *, wants: bool = False, quote: bool = True) -> str | None:  # fmt: skip
+    """One call asked in few words from its tool's name (see the module docstring), lower case first unless a
+    name leads; ``wants`` puts the person it is for first ("Dev Patel wants to reserve Beloved") when a write
+    names one. ``None`` when the tool's name does not start with a verb."""
+    verbed = _verb(call.name, description)
+    if verbed is None:
+        return None
+    verb, entity = verbed
+    names = names or {}
+    args = {k: v for k, v in (call.arguments if isinstance(call.arguments, dict) else {}).items() if v != ""}
+    if not args and call.arguments and tool_kind(call.name, description) == "read":  # a broad search
+        return f"list all the {plural(singular(entity or arg_noun(next(iter(call.arguments)))))}"
+    person: str | None = None
+    objects: list[str] = []
+    named_object = False  # an object by its own name stands for the entity ("reserve Beloved", not "book Beloved")
+    for arg, value in args.items():
+        named = names.get(str(value))
+        if isinstance(named, Owned):  # a record found among its owner's: the owner asks, the thing is named
+            person = person or str(named)
+            objects.append(f"'{named.of}'" if named.of and quote else named.of or f"the {named.noun}")
+            named_object = True
+            continue
+        if named is not None:
+            shown = f"'{named}'" if quote and not _person(arg) else str(named)
+            named_object = named_object or not _person(arg)
+        elif id_argument(arg):
+            shown = f"{arg_noun(arg)} {shown_value(arg, value, records, quote=quote)}"
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            shown = f"of {value}" if arg_noun(arg) in _AMOUNTS else f"{arg_noun(arg)} {value}"
+        else:
+            shown = shown_value(arg, value, records, quote=quote)
+        if _person(arg) and person is None:
+            person = shown
+        else:
+            objects.append(shown)
+    writes = tool_kind(call.name, description) == "write"
+    if not writes:
+        return _terse_read(verb, entity, args, person, objects)
+    said = entity and not named_object and not any(re.search(rf"\b{re.escape(entity)}\b", o) for o in objects)
+    action = " ".join([verb, *([entity] if said else []), *objects])
+    if person is None:
+        return action
+    if wants:
+        return f"{person} wants to {action}"
+    return f"{action} for {person}"
+
+
+def _terse_read(verb: str, entity: str, args: Mapping[str, Any], person: str | None, objects: list[str]) -> str:
+    """A read in few words: "show me Dev Patel's loans", "look up 'Beloved'", "list the members"."""
+    thing = entity or "details"
+    if person is not None and not objects:
+        owned = singular(thing) != singular(arg_noun(next(iter(args))))  # list_loans(member): Dev Patel's loans
+        return f"show me {person}'s {thing}" if owned else f"look up {person}"
+    if objects and not person:
+        return (
+            f"look up {' and '.join(objects)}"
+            if verb in ("find", "search", "get", "lookup", "fetch", "read", "view", "show")
+            else f"{verb} {thing} {' '.join(objects)}"
+        )
+    if not objects and not person:
+        return f"{verb} the {plural(singular(thing)) if verb == 'list' else thing}"
+    return f"{verb} {thing} {' '.join(objects)} for {person}"
+
+
+def terse_request(pairs: Sequence[tuple[ToolCall, ToolObservation]], descriptions: Mapping[str, str],
+                  records: Mapping[Any, str], *, seed: int = 0, names: Mapping[str, str] | None = None
+                  ) -> str | None:  # fmt: skip
+    """The calls of ``pairs`` asked in few words, one ``terse_clause`` each (drawn with ``seed``: whether a
+    person leads, whether values are quoted, the joiners); ``None`` when a tool's name has no verb."""
+    rng = random.Random(f"terse-{seed}")
+    quote = quotes(f"terse-{seed}")
+    wants = rng.random() < 0.5
+    clauses = [terse_clause(call, descriptions.get(call.name, ""), records, names, wants=wants, quote=quote)
+               for call, _ in pairs]  # fmt: skip
+    if not clauses or any(c is None for c in clauses):
+        return None
+    text = str(clauses[0])
+    for part in clauses[1:]:
+        text += rng.choice(_TERSE_JOINERS) + str(part)
+    return text[:1].upper() + text[1:] + "."
+
+
+def alternates(
+    query: str,
+    pairs: Sequence[tuple[ToolCall, ToolObservation]],
+    descriptions: Mapping[str, str],
+    records: Mapping[Any, str],
+    *,
+    seed: int = 0,
+    names: Mapping[str, str] | None = None,
+) -> list[str]:
+    """A request's other wordings: the terse one and the description's under another draw of its opening,
+    joiners and quoting; none equal to ``query`` or to each other."""
+    out: list[str] = []
+    for text in (terse_request(pairs, descriptions, records, seed=seed, names=names),
+                 describe_with_descriptions(pairs, descriptions, records, seed=seed + 1, names=names)):  # fmt: skip
+        if text and text != query and text not in out:
+            out.append(text)
+    return out
+
+
+def phrased(task: Any, index: int) -> Any:
+    """``task`` asked in its ``index``-th wording (0: its own request; counting on through its ``PHRASINGS_KEY``,
+    round and round): the same task, id and reference, another request."""
+    wordings = [task.query, *(task.metadata or {}).get(PHRASINGS_KEY, [])]
+    query = wordings[index % len(wordings)]
+    return task if query == task.query else dataclasses.replace(task, query=query)
