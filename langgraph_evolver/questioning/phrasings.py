@@ -50,6 +50,7 @@ _VERBS = READ_VERBS | WRITE_VERBS | MORE_WRITE_VERBS
 _TERSE_JOINERS = (", then ", ". Then ", " and ")
 _AMOUNTS = frozenset({"amount", "quantity", "qty", "count", "number", "total", "sum", "value"})
 """Numeric arguments a request says as a bare amount ("pay fine of 1"), not by their name."""
+_LOOKS = frozenset({"find", "search", "get", "lookup", "fetch", "read", "view", "show"})
 
 
 def _name_words(name: str) -> list[str]:
@@ -125,18 +126,17 @@ def terse_clause(call: ToolCall, description: str, records: Mapping[Any, str], n
 def _terse_read(verb: str, entity: str, args: Mapping[str, Any], person: str | None, objects: list[str]) -> str:
     """A read in few words: "show me Dev Patel's loans", "look up 'Beloved'", "list the members"."""
     thing = entity or "details"
-    if person is not None and not objects:
-        owned = singular(thing) != singular(arg_noun(next(iter(args))))  # list_loans(member): Dev Patel's loans
-        return f"show me {person}'s {thing}" if owned else f"look up {person}"
-    if objects and not person:
-        return (
-            f"look up {' and '.join(objects)}"
-            if verb in ("find", "search", "get", "lookup", "fetch", "read", "view", "show")
-            else f"{verb} {thing} {' '.join(objects)}"
-        )
-    if not objects and not person:
+    shown = [*([person] if person else []), *objects]
+    if not shown:
         return f"{verb} the {plural(singular(thing)) if verb == 'list' else thing}"
-    return f"{verb} {thing} {' '.join(objects)} for {person}"
+    first = next(iter(args))
+    if id_argument(first) or person:  # a record asked by its id or its name: its own details, or its things
+        whose = singular(thing) != singular(arg_noun(first))  # list_loans(member): Dev Patel's loans
+        head = f"show me {shown[0]}'s {thing}" if whose else f"look up {shown[0]}"
+        return head + (f" for {' and '.join(shown[1:])}" if shown[1:] else "")
+    if verb in _LOOKS:
+        return f"look up {' and '.join(shown)}"
+    return f"{verb} {thing} {' '.join(shown)}"
 
 
 def terse_request(pairs: Sequence[tuple[ToolCall, ToolObservation]], descriptions: Mapping[str, str],

@@ -417,8 +417,9 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
                     chat = make(env, phrased(task, worded)) if make is not None else None
                     chats.append((kind, chat))
                     worded += chat is not None
-                made = (swapped_tasks(phrased(task, worded), values, rng, swaps, avoid)
-                        or swapped_tasks(task, values, rng, swaps, avoid))  # a wording may quote no value once
+                made = swapped_tasks(phrased(task, worded), values, rng, swaps, avoid) or swapped_tasks(
+                    task, values, rng, swaps, avoid
+                )  # a wording may quote no value once
                 avoid |= {folded(t.query) for t in made}
                 for swapped in made:  # one that fails to render costs itself only, not the task's reference
                     try:
