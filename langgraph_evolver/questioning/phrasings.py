@@ -105,8 +105,9 @@ def terse_clause(call: ToolCall, description: str, records: Mapping[Any, str], n
             shown = f"{arg_noun(arg)} {shown_value(arg, value, records, quote=quote)}"
         elif isinstance(value, int | float) and not isinstance(value, bool):
             shown = f"of {value}" if arg_noun(arg) in _AMOUNTS else f"{arg_noun(arg)} {value}"
-        else:
-            shown = shown_value(arg, value, records, quote=quote)
+        else:  # a text or a list: by its argument's name too when it is one of several ("sheet Budget, cell B3")
+            shown = shown_value(arg, value, records, quote=quote and not isinstance(value, list))
+            shown = f"{arg_noun(arg)} {shown}" if len(args) > 1 and not _person(arg) else shown
         if _person(arg) and person is None:
             person = shown
         else:
