@@ -237,12 +237,13 @@ def fact_questions(
                     continue
                 seen.add((value, field))
                 described = _phrase_template(phrases[field]) if field in phrases and answer.isdigit() else None
+                counted = _count_template(field, answer)
                 template = described
                 if template is None or rng.random() < 0.5:
-                    template = _count_template(field, answer) or rng.choice(templates)
+                    template = counted or rng.choice(templates)
                 shown = {"name": name, "field": field.replace("_", " "), "entity": entity}
                 query = template.format(**shown)
-                counts = [t for t in (described, _count_template(field, answer)) if t]  # a count reads as one
+                counts = [t for t in (described, counted) if t]  # a count reads as one
                 others = _alternates(query, counts or templates, shown)
                 out.append(Fact(query, reference, answer, field, resolves, others))
             if (lookup is not None and by_name and (value, "id") not in seen

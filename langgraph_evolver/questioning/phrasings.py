@@ -11,7 +11,7 @@ in ``task.metadata[PHRASINGS_KEY]``. ``trainers.evolve adapt`` teaches each supe
 lets GRPO draw among them, and asks its validation part in a drawn one.
 
 Nothing here reads a server's name or its domain: only a tool's name, its description's first word, the
-arguments' names (``member_id``: a person's record, ``_OWNER_KEYS``) and the records' names the exploration saw.
+arguments' names (``member_id``: a person's record, ``OWNER_KEYS``) and the records' names the exploration saw.
 
 Example:
     >>> from langgraph_evolver.types import ToolCall
@@ -40,9 +40,9 @@ from typing import Any
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import MORE_WRITE_VERBS, READ_VERBS, WRITE_VERBS, plural, singular, tool_kind
-from .wording import _OWNER_KEYS, Owned, arg_noun, describe_with_descriptions, id_argument, quotes, shown_value
+from .wording import OWNER_KEYS, Owned, arg_noun, describe_with_descriptions, id_argument, quotes, shown_value
 
-__all__ = ["PHRASINGS_KEY", "alternates", "phrased", "terse_clause", "terse_request"]
+__all__ = ["PHRASINGS_KEY", "alternates", "phrased", "terse_clause", "terse_request", "wordings"]
 
 PHRASINGS_KEY = "phrasings"
 """``task.metadata`` key of a synthesized task's other wordings of its request (``alternates``)."""
@@ -72,7 +72,7 @@ def _verb(name: str, description: str) -> tuple[str, str] | None:
 
 
 def _person(arg: str) -> bool:
-    return arg_noun(arg) in _OWNER_KEYS
+    return arg_noun(arg) in OWNER_KEYS
 
 
 def terse_clause(call: ToolCall, description: str, records: Mapping[Any, str], names: Mapping[str, str] | None = None,
@@ -177,9 +177,14 @@ def alternates(
     return out
 
 
+def wordings(task: Any) -> list[str]:
+    """Every wording of ``task``'s request: its own first, then its ``PHRASINGS_KEY``."""
+    return [task.query, *((task.metadata or {}).get(PHRASINGS_KEY) or [])]
+
+
 def phrased(task: Any, index: int) -> Any:
     """``task`` asked in its ``index``-th wording (0: its own request; counting on through its ``PHRASINGS_KEY``,
     round and round): the same task, id and reference, another request."""
-    wordings = [task.query, *(task.metadata or {}).get(PHRASINGS_KEY, [])]
-    query = wordings[index % len(wordings)]
+    every = wordings(task)
+    query = every[index % len(every)]
     return task if query == task.query else dataclasses.replace(task, query=query)

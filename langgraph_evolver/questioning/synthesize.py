@@ -449,13 +449,12 @@ def synthesize(
                 continue
             query = describer(chosen) if describer is not None else None
             others: list[str] = []
+            drawn = seed + int(digest[:8], 16)  # the wording's draws, one per task
             if not query and descriptions:
-                query = describe_with_descriptions(
-                    chosen, descriptions, records, seed=seed + int(digest[:8], 16), names=names
-                )
-                others = alternates(query, chosen, descriptions, records, seed=seed + int(digest[:8], 16), names=names)
+                query = describe_with_descriptions(chosen, descriptions, records, seed=drawn, names=names)
+                others = alternates(query, chosen, descriptions, records, seed=drawn, names=names)
             if not query:
-                query = describe_calls(chosen, seed=seed + int(digest[:8], 16))
+                query = describe_calls(chosen, seed=drawn)
             tasks[task_id] = _task(trajectory, task_id, query, reference, {
                 "confidence": round(1.0 - 0.1 * (len(reference) - 1), 2),
                 INTENTS_KEY: intents(chosen, writes),

@@ -53,6 +53,7 @@ from .profile import READ_VERBS, WRITE_VERBS, plural, singular, tool_entity, too
 
 __all__ = [
     "NAME_KEYS",
+    "OWNER_KEYS",
     "QUOTED",
     "Owned",
     "arg_noun",
@@ -70,7 +71,7 @@ __all__ = [
 
 _ID_SUFFIXES = ("_id", "_code", "_number", "_key")
 NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
-_OWNER_KEYS = ("recipient", "owner", "customer", "client", "member", "patient", "guest", "holder", "assignee",
+OWNER_KEYS = ("recipient", "owner", "customer", "client", "member", "patient", "guest", "holder", "assignee",
                "requester", "sender", "user", "host", "tenant", "buyer", "employee", "student")  # fmt: skip
 """Keys of a record that hold the person it belongs to: a record with no name goes by theirs."""
 
@@ -256,7 +257,7 @@ def _owner(record: Mapping[str, Any]) -> str | None:
     """The key that holds a nameless record's owner (a person's name, not their id), None for a named record."""
     if _name(record) is not None:
         return None
-    return next((k for k in _OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
+    return next((k for k in OWNER_KEYS if isinstance(record.get(k), str) and record[k].strip()
                  and not any(c.isdigit() for c in record[k])), None)  # fmt: skip
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_evolver.questioning.facts import FACT_KEY
-from langgraph_evolver.questioning.phrasings import PHRASINGS_KEY, phrased
+from langgraph_evolver.questioning.phrasings import phrased, wordings
 from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
@@ -88,13 +88,9 @@ def split_tasks(tasks: Sequence[Task], shares: tuple[float, float, float], *, se
     for name, count in zip(PARTS, want, strict=True):
         parts[name] = [t for k in keys[start : start + count] for t in groups[k]]
         start += count
-    parts["validation"] = [phrased(t, random.Random(f"{seed}-{t.id}").randrange(1 + len(_wordings(t))))
+    parts["validation"] = [phrased(t, random.Random(f"{seed}-{t.id}").randrange(len(wordings(t))))
                            for t in parts["validation"]]  # fmt: skip
     return parts
-
-
-def _wordings(task: Task) -> list[str]:
-    return list(task.metadata.get(PHRASINGS_KEY) or [])
 
 
 def _assistant_call(call_id: str, call: ToolCall) -> dict[str, Any]:

@@ -74,13 +74,13 @@ def _store(rl_tasks: Path, out: Path) -> Path:
     import dataclasses
 
     from langgraph_evolver.questioning import TaskStore
-    from langgraph_evolver.questioning.phrasings import PHRASINGS_KEY, phrased
+    from langgraph_evolver.questioning.phrasings import phrased, wordings
     from langgraph_evolver.types import Task, read_jsonl
 
     if not out.exists():
         tasks = list(read_jsonl(rl_tasks, Task))
         worded = [dataclasses.replace(phrased(t, i), id=f"{t.id}~w{i}") for t in tasks
-                  for i in range(1, 1 + len(t.metadata.get(PHRASINGS_KEY) or []))]  # fmt: skip
+                  for i in range(1, len(wordings(t)))]  # fmt: skip
         with TaskStore(out) as store:
             store.add_many_counted([*tasks, *worded])
     return out
