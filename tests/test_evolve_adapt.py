@@ -537,3 +537,23 @@ def test_grpo_is_stopped_as_the_last_step_that_fits_begins():
     assert not last_step(0.0, [150.0, 230.0, 310.0], deadline=974.0)  # 310 + 2 * 80 fits
     assert last_step(0.0, [150.0, 230.0, 500.0], deadline=974.0)  # a 270 s step: 500 + 2 * 270 does not
     assert last_step(0.0, [150.0, 230.0, 500.0, 560.0], deadline=974.0)  # the slowest step stays the estimate
+
+
+def test_the_gate_s_share_grows_with_the_policy_s_episodes(tmp_path):
+    """Library run 14 (session 65): GRPO's episodes went from 3.1 turns to 4.7, the gate took 386 s of the 245
+    predicted at the supervised adapter's seconds, and ``adapt_s`` ended at 3,650 of 3,600. GRPO's deadline now
+    moves back by the predicted gate times the growth of ``rollout/turns_mean``."""
+    import json
+
+    from trainers.evolve.adapt_grpo import _turns_logged, episode_growth
+
+    turns = [3.0, 2.875, 3.375, 2.625, 3.625, 4.25, 2.875, 3.0, 3.5, 2.75, 4.5, 3.875, 5.0, 3.875, 3.75, 3.375,
+             6.375, 4.625, 5.125]  # fmt: skip
+    lines = [json.dumps({"step": i + 1, "rollout/turns_mean": t}) for i, t in enumerate(turns)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*lines, '{"step": 19, "train_runtime": 1198.1}', "{bad", ""]))
+    assert _turns_logged(tmp_path) == turns  # the summary line and a torn one are skipped
+    assert _turns_logged(tmp_path / "absent") == []
+    growth = episode_growth(turns)
+    assert 1.4 < growth < 1.6 and abs(245 * growth - 386) < 40  # the run's gate, predicted within 10%
+    assert episode_growth(turns[:3]) == 1.0  # nothing to compare yet
+    assert episode_growth([4.0, 4.0, 4.0, 1.0]) == 0.5 and episode_growth([1.0, 1.0, 1.0, 9.0]) <= 3.0  # bounded
