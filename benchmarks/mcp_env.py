@@ -11,6 +11,9 @@ Against tests/mcp_todo_server.py (FastMCP, stdio). Ends with one JSON line:
   (``graphs/agent.py`` with ``ReferencePolicy``, instant) through ``run_rollouts`` at 16 concurrent rollouts,
   two tool calls each; scored by the final answer, or by ``check`` calls against a replay of the reference
   (a second server process per rollout).
+- ``rollouts_per_s_c16_k4_memo`` / ``..._k4_no_memo``: the same scored by ``check`` calls, 8 tasks x 4 episodes
+  each as an evaluation plays them, with the replays remembered per task (``env_tools.mcp.REPLAYS``, the
+  default since session 66) and with the memo off, side by side; ``k4_memo_speedup`` is their ratio.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from env_tools.mcp import load_mcp_tasks
+from env_tools.mcp import REPLAYS, load_mcp_tasks
 from graphs.agent import create_agent_graph
 from langgraph_evolver.batch import arun_rollouts
 from langgraph_evolver.environment import environment_factory
@@ -81,10 +84,17 @@ def run_benchmark(tmp: Path, rollouts: int = 32) -> dict[str, float]:
     """Measure the figures above; ``tmp`` holds the task files."""
     create_median, create_c16 = asyncio.run(_creation())
     by_answer = asyncio.run(_rollouts(_tasks(tmp / "answer.jsonl", rollouts, check=False)))
+    REPLAYS.max_entries = 0  # every rollout its own replay: the figure measured before session 66
     by_check = asyncio.run(_rollouts(_tasks(tmp / "check.jsonl", rollouts, check=True)))
+    k4 = [t for t in _tasks(tmp / "k4.jsonl", rollouts // 4, check=True) for _ in range(4)]
+    no_memo = asyncio.run(_rollouts(k4))
+    REPLAYS.max_entries = 4096
+    REPLAYS.clear()
+    memo = asyncio.run(_rollouts(k4))
     return {"create_s_median": round(create_median, 3), "create_s_c16": round(create_c16, 3),
             "rollouts_per_s_c16": round(by_answer, 2), "rollouts_per_s_c16_replay_check": round(by_check, 2),
-            "rollouts": rollouts}  # fmt: skip
+            "rollouts_per_s_c16_k4_no_memo": round(no_memo, 2), "rollouts_per_s_c16_k4_memo": round(memo, 2),
+            "k4_memo_speedup": round(memo / no_memo, 2), "rollouts": rollouts}  # fmt: skip
 
 
 if __name__ == "__main__":

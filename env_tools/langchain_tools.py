@@ -430,15 +430,21 @@ class ToolsEnvironment(Environment):
 
         from .replay import replay_score
 
+        before, after = self._reference_fingerprints(task)
+        return replay_score(task, state_matches=after == state_fingerprint(self), changes_state=after != before,
+                            calls=self._calls, final_answer=self._final_answer)  # fmt: skip
+
+    def _reference_fingerprints(self, task: Task) -> tuple[str, str]:
+        """``task``'s world as a fresh instance has it (``state_fingerprint``) before and after its reference."""
+        from langgraph_evolver.reference_scoring import state_fingerprint
+
         twin = self._replay_twin()
         try:
             twin.reset(task)
             before = state_fingerprint(twin)
             for call in task.reference_solution or ():
                 twin.step(Action(tool_calls=(call,)))
-            after = state_fingerprint(twin)
-            return replay_score(task, state_matches=after == state_fingerprint(self), changes_state=after != before,
-                                calls=self._calls, final_answer=self._final_answer)  # fmt: skip
+            return before, state_fingerprint(twin)
         finally:
             twin.close()
 

@@ -63,6 +63,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from env_tools._checks import answer_matches
 from env_tools._mcp_process import cap_output
 from env_tools._mcp_session import _await, _Connection, _shared_connection, _wait
+from env_tools._replay_memo import ReplayMemo, replay_key
 from env_tools.langchain_tools import ToolsEnvironment
 from env_tools.mcp_tasks import load_mcp_tasks, parse_mcp_spec, task_calls
 from langgraph_evolver._llm import model_id, run_sync
@@ -73,12 +74,14 @@ from langgraph_evolver.types import Action, Step, StepResult, Task, ToolCall, Tr
 
 _READ_PREFIXES = frozenset({"list", "get", "search", "count", "show", "read", "find"})
 
-__all__ = ["McpEnvironment", "McpState", "load_mcp_tasks", "mcp_environment", "parse_mcp_spec"]
+__all__ = ["REPLAYS", "McpEnvironment", "McpState", "load_mcp_tasks", "mcp_environment", "parse_mcp_spec"]
 
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["session", "shared"]
 _MAX_OUTPUT_BYTES = 65_536
+REPLAYS = ReplayMemo()
+"""Every MCP environment's reference replays in this process (``env_tools._replay_memo``)."""
 """A tool result's default cap in the agent's observation (``max_output_bytes``): an 8 MB result once went whole
 into an observation and the trajectories file."""
 
@@ -382,6 +385,15 @@ class McpEnvironment(ToolsEnvironment):
         checks = task_calls(task.metadata["check"], f"task {task.id!r} 'check'")
         read = [await _read_episode(state, c) for c in checks]
         got, failed = [value for value, _ in read], [error for _, error in read if error is not None]
+        key = self._replay_key(task, [[c.name, c.arguments] for c in checks])
+        want = await REPLAYS.aget_or_run(key, lambda: self._replay_checks(task, checks))
+        matches = [a is not _CHECK_FAILED and _normal(a) == _normal(b) for a, b in zip(got, want, strict=True)]
+        self.last_evaluation = {"checks": len(checks), "matched": sum(matches),
+                                **({"failed_checks": failed} if failed else {})}  # fmt: skip
+        return sum(matches) / len(matches)
+
+    async def _replay_checks(self, task: Task, checks: list[ToolCall]) -> list[str]:
+        """What ``checks`` read on a fresh session once ``task``'s reference has run there."""
         twin = await self._start(task, fresh=True)
         try:
             for call in task.reference_solution or ():
@@ -389,13 +401,17 @@ class McpEnvironment(ToolsEnvironment):
                     await twin.connection.call(call.name, _arguments(call))
                 except ToolException as e:
                     raise EnvironmentFailure(f"The reference of task {task.id!r} failed on replay: {e}") from e
-            want = [await _read(twin, c) for c in checks]
+            return [await _read(twin, c) for c in checks]
         finally:
             await twin.connection.close()
-        matches = [a is not _CHECK_FAILED and _normal(a) == _normal(b) for a, b in zip(got, want, strict=True)]
-        self.last_evaluation = {"checks": len(checks), "matched": sum(matches),
-                                **({"failed_checks": failed} if failed else {})}  # fmt: skip
-        return sum(matches) / len(matches)
+
+    def _replay_key(self, task: Task, *reads: Any) -> str:
+        """What a replay of ``task`` found depends on: the server, the task's initial state and setup calls, its
+        reference and the reads after it (``REPLAYS``)."""
+        meta = task.metadata
+        return replay_key(self.label, self.isolation, self.reset_tool, self.snapshot_tools, task.env_params,
+                          meta.get("setup"), meta.get("snapshot_calls"), *reads,
+                          [[c.name, c.arguments] for c in task.reference_solution or ()])  # fmt: skip
 
     async def aevaluate(self) -> float:
         task, state = self.task, self.state
@@ -420,6 +436,12 @@ class McpEnvironment(ToolsEnvironment):
         super().close()
         if conn is not None:
             await _await(conn.close())
+
+    def _reference_fingerprints(self, task: Task) -> tuple[str, str]:
+        """The replay's fresh-world states, remembered per process (``REPLAYS``): one server start per task, not
+        one per episode."""
+        key = self._replay_key(task, "fingerprints")
+        return REPLAYS.get_or_run(key, lambda: super(McpEnvironment, self)._reference_fingerprints(task))
 
     def _replay_twin(self) -> McpEnvironment:
         """A fresh session (stdio: a fresh server process) of the same server, to replay a reference in."""

@@ -186,3 +186,39 @@ def test_reference_agent_rollouts_on_jsonl_tasks_score_by_replay_and_checker(tmp
     env.step(Action(content="done"))
     assert env.evaluate() == 0.0 and env.last_evaluation == {"checks": 1, "matched": 0}
     env.close()
+
+
+def test_a_task_s_reference_replay_is_remembered_across_its_episodes(tmp_path):
+    """Scoring a synthesized task replays its reference on a fresh server (about a second of CPU); its episodes
+    (k samples, every model evaluated, every GRPO group) now share one replay, and score as they did."""
+    from env_tools.mcp import REPLAYS
+
+    add = ToolCall(name="add_todo", arguments={"title": "milk", "priority": "high"})
+    task = Task(id="syn", env=STDIO, query="Add milk, high priority.", reference_solution=(add,), source="synthetic",
+                env_params={"items": ["bread"]})  # fmt: skip
+    other = Task(id="syn2", env=STDIO, query=task.query, reference_solution=(add,), source="synthetic",
+                 env_params={"items": ["eggs"]})  # another initial state: another replay
+    written = Task(id="w", env=STDIO, query="Add milk.", reference_solution=(add,),
+                   metadata={"check": [{"name": "list_todos", "arguments": {"status": "all"}}]})  # fmt: skip
+
+    def episode(t: Task, *calls: ToolCall) -> float:
+        env = load_environment(STDIO)
+        env.reset(t)
+        for c in calls:
+            env.step(Action(tool_calls=(c,)))
+        env.step(Action(content="done"))
+        try:
+            return env.evaluate()
+        finally:
+            env.close()
+
+    REPLAYS.clear()
+    wrong = ToolCall(name="add_todo", arguments={"title": "milk"})
+    first = [episode(task, add), episode(task, wrong), episode(task, add)]
+    assert first == [1.0, 0.0, 1.0]
+    assert (REPLAYS.misses, REPLAYS.hits) == (1, 2)  # one server started for the replay, not three
+    assert episode(other, add) == 1.0 and REPLAYS.misses == 2
+    assert [episode(written, add), episode(written, wrong)] == [1.0, 0.0]  # check calls read once, after replay
+    assert REPLAYS.misses == 3 and REPLAYS.hits == 3
+    REPLAYS.clear()
+    assert [episode(task, add), episode(task, wrong)] == [1.0, 0.0] and REPLAYS.misses == 1  # as without the memo
