@@ -68,8 +68,8 @@ def episode_growth(turns: list[float], first: int = 3, last: int = 5) -> float:
     its gate took 386 s of 245 predicted (``adapt_s`` 3,650 of 3,600).
 
     Example:
-        >>> episode_growth([3.0, 2.9, 3.4, 2.6, 3.6, 4.2]), episode_growth([3.0, 3.0, 3.0]), episode_growth([2, 2, 2, 9])
-        (1.077, 1.0, 1.875)
+        >>> episode_growth([3.0, 2.9, 3.4, 2.6, 3.6, 4.2]), episode_growth([3.0, 3.0, 3.0])
+        (1.077, 1.0)
     """
     turns = [t for t in turns if t > 0]
     if len(turns) <= first:
