@@ -196,8 +196,8 @@ def test_a_task_s_reference_replay_is_remembered_across_its_episodes(tmp_path):
     add = ToolCall(name="add_todo", arguments={"title": "milk", "priority": "high"})
     task = Task(id="syn", env=STDIO, query="Add milk, high priority.", reference_solution=(add,), source="synthetic",
                 env_params={"items": ["bread"]})  # fmt: skip
-    other = Task(id="syn2", env=STDIO, query=task.query, reference_solution=(add,), source="synthetic",
-                 env_params={"items": ["eggs"]})  # another initial state: another replay
+    other = Task(id="syn2", env=STDIO, query=task.query, reference_solution=(add,), source="synthetic",  # a new state
+                 env_params={"items": ["eggs"]})  # fmt: skip
     written = Task(id="w", env=STDIO, query="Add milk.", reference_solution=(add,),
                    metadata={"check": [{"name": "list_todos", "arguments": {"status": "all"}}]})  # fmt: skip
 
