@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from langgraph_evolver.environment import environment_factory
-from langgraph_evolver.questioning.phrasings import PHRASINGS_KEY, alternates, phrased, terse_clause, terse_request
+from langgraph_evolver.questioning.phrasings import (
+    PHRASINGS_KEY,
+    SYNONYMS,
+    alternates,
+    phrased,
+    terse_clause,
+    terse_request,
+)
 from langgraph_evolver.questioning.wording import Owned
 from langgraph_evolver.types import Task, ToolCall, ToolObservation, write_jsonl
 
@@ -67,14 +74,32 @@ def test_a_request_s_wordings_name_the_same_values_and_differ_from_it():
     for seed in range(6):
         query = f"Please join the waiting list for book 'Beloved' with member 'Dev Patel' ({seed})."
         others = alternates(query, by_name, descriptions, {}, seed=seed, names=names)
-        assert 1 <= len(others) <= 2 and query not in others and len(set(others)) == len(others)
+        assert 1 <= len(others) <= 3 and query not in others and len(set(others)) == len(others)
         for text in others:
             assert "Dev Patel" in text and "Beloved" in text and "M4" not in text and "B102" not in text
+        assert any(f" {verb} " in f" {text.lower()} " for text in others for verb in SYNONYMS["reserve"])  # everyday
     by_id = [(ToolCall(name="get_book", arguments={"book_id": "B102"}), obs),
              (ToolCall(name="reserve", arguments={"member_id": "M4", "book_id": "B102"}), obs)]  # fmt: skip
     text = terse_request(by_id, descriptions, {"B102": "Beloved"}, seed=1)
     assert text is not None and text.count("B102") == 2 and "M4" in text and text.endswith(".")
     assert terse_request([(ToolCall(name="zone_info", arguments={"zone": "n"}), obs)], {}, {}) is None
+
+
+def test_the_colloquial_wording_says_a_write_in_everyday_verbs_and_only_where_it_differs():
+    """People name what they want in their own verb ("check in loan L2", "call off booking B7"): ``SYNONYMS`` is a
+    table of common English verbs, and the colloquial wording is an alternate only where a write's verb has some."""
+    obs = ToolObservation(call_id="c", name="x", content='{"ok": true}')
+    back = [(ToolCall(name="return_book", arguments={"loan_id": "L2"}), obs)]
+    said = {terse_request(back, {}, {}, seed=s, colloquial=True) for s in range(12)}
+    assert said <= {f"{v[:1].upper()}{v[1:]} book loan L2." for v in SYNONYMS["return"]} and len(said) >= 2
+    assert terse_request(back, {}, {}, seed=0) == "Return book loan L2."  # the tool's own verb otherwise
+    archive = [(ToolCall(name="archive_note", arguments={"note_id": "N1"}), obs)]  # no everyday verb listed
+    plain = terse_request(archive, {"archive_note": "Archive a note."}, {}, seed=0)
+    assert plain == terse_request(archive, {"archive_note": "Archive a note."}, {}, seed=0, colloquial=True)
+    others = alternates("Please archive note N1.", archive, {"archive_note": "Archive a note."}, {}, seed=0)
+    assert others.count(plain) == 1 and len(others) == len(set(others))  # no wording twice
+    reads = [(ToolCall(name="get_member", arguments={"member_id": "M2"}), obs)]  # a read keeps its words
+    assert terse_request(reads, {}, {}, seed=3, colloquial=True) == terse_request(reads, {}, {}, seed=3)
 
 
 def test_synthesized_tasks_on_an_mcp_server_carry_other_wordings():

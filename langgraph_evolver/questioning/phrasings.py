@@ -6,9 +6,12 @@ adapter trained on that shape learned the shape: library run 13's GRPO adapter s
 validation requests and 0.38 of the hand-written one-call requests. People write shorter, from the verb of what
 they want and the names they know ("Dev Patel wants to reserve Beloved.", "Renew loan L1."). ``terse_request``
 writes that shape from the tool's name (``reserve``, ``return_book``: a verb and what it acts on) and the call's
-values; ``alternates`` gives a task's other wordings (that one and the description's under another draw), kept
-in ``task.metadata[PHRASINGS_KEY]``. ``trainers.evolve adapt`` teaches each supervised task under its wordings,
-lets GRPO draw among them, and asks its validation part in a drawn one.
+values; ``alternates`` gives a task's other wordings (that one, the same in everyday verbs, and the description's
+under another draw), kept in ``task.metadata[PHRASINGS_KEY]``. The everyday verbs (``SYNONYMS``: "return" is also
+"bring back" and "check in", "cancel" "call off", "create" "set up") are a table of common English, not of any
+server: people name what they want in their own verb, and the tool's name is one word of many.
+``trainers.evolve adapt`` teaches each supervised task under its wordings, lets GRPO draw among them, and asks its
+validation part in a drawn one.
 
 Nothing here reads a server's name or its domain: only a tool's name, its description's first word, the
 arguments' names (``member_id``: a person's record, ``OWNER_KEYS``) and the records' names the exploration saw.
@@ -27,6 +30,9 @@ Example:
     >>> terse_clause(ToolCall(name="list_loans", arguments={"member_id": "M4"}), "Open loans of a member.", {},
     ...              {"M4": "Dev Patel"})
     "show me Dev Patel's loans"
+    >>> terse_clause(ToolCall(name="cancel_booking", arguments={"booking_id": "B7"}), "Cancel a booking.", {}, {},
+    ...              synonyms=random.Random(1))
+    'call off booking B7'
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from langgraph_evolver.types import ToolCall, ToolObservation
 from .profile import MORE_WRITE_VERBS, READ_VERBS, WRITE_VERBS, plural, singular, tool_kind
 from .wording import OWNER_KEYS, Owned, arg_noun, describe_with_descriptions, id_argument, quotes, shown_value
 
-__all__ = ["PHRASINGS_KEY", "alternates", "phrased", "terse_clause", "terse_request", "wordings"]
+__all__ = ["PHRASINGS_KEY", "SYNONYMS", "alternates", "phrased", "terse_clause", "terse_request", "wordings"]
 
 PHRASINGS_KEY = "phrasings"
 """``task.metadata`` key of a synthesized task's other wordings of its request (``alternates``)."""
@@ -51,6 +57,21 @@ _TERSE_JOINERS = (", then ", ". Then ", " and ")
 _AMOUNTS = frozenset({"amount", "quantity", "qty", "count", "number", "total", "sum", "value"})
 """Numeric arguments a request says as a bare amount ("pay fine of 1"), not by their name."""
 _LOOKS = frozenset({"find", "search", "get", "lookup", "fetch", "read", "view", "show"})
+SYNONYMS = {
+    "add": ("put in", "include"), "approve": ("accept", "sign off on"), "assign": ("give", "hand"),
+    "book": ("reserve", "schedule"), "borrow": ("check out", "take out"), "buy": ("purchase", "order"),
+    "cancel": ("call off", "drop"), "close": ("shut", "wrap up"), "complete": ("finish", "finalize"),
+    "create": ("make", "set up", "open"), "delete": ("remove", "get rid of"), "edit": ("change", "modify"),
+    "lend": ("loan", "check out"), "move": ("transfer", "shift"), "order": ("buy", "purchase"),
+    "pay": ("settle", "pay off"), "register": ("sign up", "enrol"), "reject": ("decline", "turn down"),
+    "remove": ("delete", "take off"), "rename": ("retitle", "call"), "renew": ("extend", "prolong"),
+    "reschedule": ("move", "rebook"), "reserve": ("hold", "put a hold on"), "refund": ("pay back", "reimburse"),
+    "return": ("bring back", "check in", "hand back"), "send": ("dispatch", "mail"), "ship": ("send", "dispatch"),
+    "schedule": ("book", "arrange"), "set": ("change", "make"), "submit": ("send in", "file"),
+    "transfer": ("move", "send"), "update": ("change", "modify", "edit"),
+}  # fmt: skip
+"""Everyday English for the verbs write tools are named with (the ``colloquial`` wording): common usage, drawn up
+from no server's tools or tasks."""
 
 
 def _name_words(name: str) -> list[str]:
@@ -76,10 +97,12 @@ def _person(arg: str) -> bool:
 
 
 def terse_clause(call: ToolCall, description: str, records: Mapping[Any, str], names: Mapping[str, str] | None = None,
-                 *, wants: bool = False, quote: bool = True) -> str | None:  # fmt: skip
+                 *, wants: bool = False, quote: bool = True, synonyms: random.Random | None = None
+                 ) -> str | None:  # fmt: skip
     """One call asked in few words from its tool's name (see the module docstring), lower case first unless a
     name leads; ``wants`` puts the person it is for first ("Dev Patel wants to reserve Beloved") when a write
-    names one. ``None`` when the tool's name does not start with a verb."""
+    names one; ``synonyms`` draws a write's verb from ``SYNONYMS`` ("bring back 'Beloved'") where it has some.
+    ``None`` when the tool's name does not start with a verb."""
     verbed = _verb(call.name, description)
     if verbed is None:
         return None
@@ -116,6 +139,8 @@ def terse_clause(call: ToolCall, description: str, records: Mapping[Any, str], n
     if not writes:
         return _terse_read(verb, entity, args, person, objects)
     said = entity and not named_object and not any(re.search(rf"\b{re.escape(entity)}\b", o) for o in objects)
+    if synonyms is not None and verb in SYNONYMS:
+        verb = synonyms.choice(SYNONYMS[verb])
     action = " ".join([verb, *([entity] if said else []), *objects])
     if person is None:
         return action
@@ -141,15 +166,17 @@ def _terse_read(verb: str, entity: str, args: Mapping[str, Any], person: str | N
 
 
 def terse_request(pairs: Sequence[tuple[ToolCall, ToolObservation]], descriptions: Mapping[str, str],
-                  records: Mapping[Any, str], *, seed: int = 0, names: Mapping[str, str] | None = None
-                  ) -> str | None:  # fmt: skip
+                  records: Mapping[Any, str], *, seed: int = 0, names: Mapping[str, str] | None = None,
+                  colloquial: bool = False) -> str | None:  # fmt: skip
     """The calls of ``pairs`` asked in few words, one ``terse_clause`` each (drawn with ``seed``: whether a
-    person leads, whether values are quoted, the joiners); ``None`` when a tool's name has no verb."""
+    person leads, whether values are quoted, the joiners; ``colloquial``: the writes' verbs from ``SYNONYMS``);
+    ``None`` when a tool's name has no verb."""
     rng = random.Random(f"terse-{seed}")
     quote = quotes(f"terse-{seed}")
     wants = rng.random() < 0.5
-    clauses = [terse_clause(call, descriptions.get(call.name, ""), records, names, wants=wants, quote=quote)
-               for call, _ in pairs]  # fmt: skip
+    synonyms = random.Random(f"synonyms-{seed}") if colloquial else None
+    clauses = [terse_clause(call, descriptions.get(call.name, ""), records, names, wants=wants, quote=quote,
+                            synonyms=synonyms) for call, _ in pairs]  # fmt: skip
     if not clauses or any(c is None for c in clauses):
         return None
     text = str(clauses[0])
@@ -167,10 +194,12 @@ def alternates(
     seed: int = 0,
     names: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """A request's other wordings: the terse one and the description's under another draw of its opening,
-    joiners and quoting; none equal to ``query`` or to each other."""
+    """A request's other wordings: the terse one, the terse one in everyday verbs (``SYNONYMS``; only where a
+    write's verb has some) and the description's under another draw of its opening, joiners and quoting; none
+    equal to ``query`` or to each other."""
     out: list[str] = []
     for text in (terse_request(pairs, descriptions, records, seed=seed, names=names),
+                 terse_request(pairs, descriptions, records, seed=seed, names=names, colloquial=True),
                  describe_with_descriptions(pairs, descriptions, records, seed=seed + 1, names=names)):  # fmt: skip
         if text and text != query and text not in out:
             out.append(text)
