@@ -80,10 +80,10 @@ logger = logging.getLogger(__name__)
 
 Isolation = Literal["session", "shared"]
 _MAX_OUTPUT_BYTES = 65_536
-REPLAYS = ReplayMemo()
-"""Every MCP environment's reference replays in this process (``env_tools._replay_memo``)."""
 """A tool result's default cap in the agent's observation (``max_output_bytes``): an 8 MB result once went whole
 into an observation and the trajectories file."""
+REPLAYS = ReplayMemo()
+"""Every MCP environment's reference replays in this process (``env_tools._replay_memo``)."""
 
 
 # -- the state a checker sees -------------------------------------------------------------------------------------
