@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from langgraph_evolver.environment import environment_factory
 from langgraph_evolver.types import Task, ToolCall
@@ -142,6 +144,8 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     assert (out / "7-gate" / "before.jsonl").read_text() == (out / "5-validate" / "before.jsonl").read_text()
     assert candidates["supervised"] == validated["supervised"] and line["validation_before"] == validated["before"]
     assert json.loads((out / "8-heldout" / "done.json").read_text())["adapter"] == line["adapter"]
+    grpo_config = yaml.safe_load((out / "6-grpo" / "train_config.yaml").read_text())
+    assert grpo_config["policy_server_threads"] == min(2, os.cpu_count() or 1)  # the evaluations' server keeps 1
     # the held-out tasks are in no training or selection input, and the GRPO child never saw them
     trained = "".join((out / "2-split" / f"{p}.jsonl").read_text() for p in PARTS)
     trained += "".join(f.read_text() for f in (out / "6-grpo" / "train" / "trajectories").glob("*.jsonl"))

@@ -14,6 +14,7 @@ or keeps the checkpoint an earlier run left.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -22,10 +23,16 @@ from typing import Any
 
 from langgraph_evolver.errors import EvolverError
 
-__all__ = ["MIN_GRPO_S", "episode_growth", "grpo_phase", "last_step", "newest_adapter"]
+__all__ = ["GRPO_SERVER_THREADS", "MIN_GRPO_S", "episode_growth", "grpo_phase", "last_step", "newest_adapter"]
 
 MIN_GRPO_S = 180.0
 """Less GRPO time than this (a child's start and two steps on 2 cores) and the phase does not start."""
+GRPO_SERVER_THREADS = 2
+"""Torch threads of GRPO's own CPU policy server. The evaluations keep 1 (``endpoint.SERVER_THREADS``: seeded
+episodes repeat exactly only there); GRPO's rollouts need no exact repeat, and the trainer waits while they run:
+SmolLM2 rollouts ran 1.26x as fast on 2 threads as on 1 (``python -m benchmarks.serving --variants
+new,new_2_threads --threads 1 --model <merged smollm2-warm-doc> --tasks 4 --k 4 --rounds 2``, session 66; the
+same 16 rollouts 14.0 s -> 11.9 s), and shipping run 3's first GRPO steps spent 96-131 s of 167-176 in them."""
 
 
 def newest_adapter(train_dir: Path) -> tuple[Path, int | None] | None:
@@ -156,7 +163,8 @@ def grpo_phase(run: Any, d: Path, lora: dict[str, Any]) -> dict[str, Any]:
               "max_tokens_per_microbatch": 2048,  # a 49k-token vocabulary's logits are the memory peak
               "learning_rate": a.grpo_lr, "lr_scheduler_type": "constant", "beta": 0.0, "loss_type": "dapo",
               "eval_before": False, "eval_after": False, "save_strategy": "steps", "save_steps": 1,
-              "save_total_limit": 2, "logging_steps": 1, "seed": a.seed, "train_dtype": a.train_dtype}  # fmt: skip
+              "save_total_limit": 2, "logging_steps": 1, "seed": a.seed, "train_dtype": a.train_dtype,
+              "policy_server_threads": min(GRPO_SERVER_THREADS, os.cpu_count() or 1)}  # fmt: skip
     config = {k: v for k, v in config.items() if v is not None}
     path = d / "train_config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
