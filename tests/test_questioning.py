@@ -459,6 +459,29 @@ def test_a_record_with_no_name_is_asked_for_by_its_owners_when_it_is_their_only_
     assert not any("Hana Sato's" in t.query for t in named)
 
 
+@pytest.mark.parametrize("listed_shows_owner", [False, True])
+def test_a_record_is_named_by_its_owner_only_through_a_lookup_that_shows_the_owner(listed_shows_owner):
+    """A ticket's assignee shows only in the ticket itself (``get_ticket``); a listing of every ticket without it
+    cannot find "Alex Chen's ticket", so no request names the ticket so with that listing as its lookup. When the
+    listing shows the assignee, it is that request's lookup."""
+    from langgraph_evolver.questioning.synthesize import synthesize
+
+    row = {"ticket_id": 106, "subject": "Add a second admin user", "status": "open"}
+    listed = [{**row, **({"assignee": "Alex Chen"} if listed_shows_owner else {})},
+              {"ticket_id": 102, "subject": "Cannot log in", "status": "open"}]  # fmt: skip
+    trajectory = _explored([
+        (ToolCall(name="list_tickets", arguments={}), json.dumps(listed)),
+        (ToolCall(name="get_ticket", arguments={"ticket_id": 106}), json.dumps({**row, "assignee": "Alex Chen"})),
+        (ToolCall(name="set_priority", arguments={"ticket_id": 106, "priority": "high"}),
+         '{"ticket_id": 106, "priority": "high"}'),
+    ], {"list_tickets": "Tickets, optionally with a status.", "get_ticket": "A ticket in full.",
+        "set_priority": "Change a ticket's priority."})  # fmt: skip
+    by_owner = [t for t in synthesize(trajectory) if "Alex Chen's" in t.query]
+    firsts = {(t.reference_solution[0].name, json.dumps(t.reference_solution[0].arguments)) for t in by_owner}
+    assert bool(by_owner) is listed_shows_owner, [t.query for t in by_owner]
+    assert firsts <= {("list_tickets", "{}")}
+
+
 def _loans_returned(*loans: tuple[str, str, str]):
     """An exploration of a library: the members listed, Dev Patel's ``loans`` (loan id, book id, title) listed,
     then loans L2 and L4 checked back in."""

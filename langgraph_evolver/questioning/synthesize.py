@@ -214,7 +214,8 @@ def _lookup_for(
     needs no id itself, its free-text argument set to the name (``search_books(query="")`` ->
     ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it. A
     record named by its owner (``field``: the key that holds them, ``recipient``) is found by that argument on a
-    tool that showed it (``list_shipments(recipient="Jonas Weber")``), else by a listing, never by free text."""
+    tool that showed it (``list_shipments(recipient="Jonas Weber")``), else by a listing that shows the owner's name
+    (``list_tickets()`` listing no assignee finds no "alex's ticket"), never by free text."""
     listing = None
     if field is not None:  # a filter by owner on a tool that showed the record: list_shipments(recipient=...)
         showed = {c.name for (c, _), seen in zip(pairs, shown, strict=True) if value in seen.ids}
@@ -223,7 +224,7 @@ def _lookup_for(
             if call.name in showed and not writes(call.name) and isinstance(args.get(field), str):
                 if not any(id_argument(k) for k in args):
                     return ToolCall(name=call.name, arguments={**args, field: name})
-    for (call, _), seen in zip(pairs, shown, strict=True):
+    for (call, obs), seen in zip(pairs, shown, strict=True):
         args = call.arguments if isinstance(call.arguments, dict) else {}
         if writes(call.name) or any(id_argument(k) for k in args) or value not in seen.ids:
             continue
@@ -236,7 +237,7 @@ def _lookup_for(
             key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), text[0] if text else None)
         if key is not None:
             return ToolCall(name=call.name, arguments={**args, key: name})
-        if listing is None and not text:
+        if listing is None and not text and (field is None or name in str(obs.content)):  # it shows the owner
             listing = ToolCall(name=call.name, arguments=dict(args))
     return listing
 
