@@ -553,3 +553,17 @@ def test_an_error_that_names_only_what_the_record_is_queues_no_read():
     assert explorer.next_call("depth").name == "list_people"
     explorer.observe([ToolObservation(call_id="4", name="list_people", content=json.dumps(people[1:]))])
     assert explorer.next_call("depth").arguments == {"person_id": "P3", "desk_id": "D1"}
+
+
+def test_a_record_asked_by_a_bare_number_says_what_the_number_is():
+    """A ticket whose read took ``ticket_id=104`` is "ticket 104" in its fact questions ("What is the status of
+    104?" names nothing a person would say), on the help desk server's own ``get_ticket`` result."""
+    from langgraph_evolver.questioning.facts import fact_questions
+    from langgraph_evolver.types import ToolObservation
+
+    ticket = {"ticket_id": 104, "subject": "CSV export times out", "status": "open", "priority": "urgent"}
+    pairs = [(ToolCall(name="get_ticket", arguments={"ticket_id": 104}),
+              ToolObservation(call_id="", name="get_ticket", content=json.dumps(ticket)))]  # fmt: skip
+    facts = [f for seed in range(4) for f in fact_questions(pairs, {}, lambda n: False, lambda *a: None, seed=seed)]
+    assert facts and all("ticket 104" in f.query and "ticket ticket" not in f.query for f in facts), facts
+    assert all(f.reference == (pairs[0][0],) for f in facts)

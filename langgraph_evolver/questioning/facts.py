@@ -210,7 +210,7 @@ def fact_questions(
                     continue
                 fields = sorted(_fields(record, value))
                 templates: tuple[str, ...] = (_POSSESSIVE, *_PLAIN)
-                lookup, name, by_name = None, value, False
+                lookup, name, by_name = None, _id_named(args, value), False
             else:
                 if needs - {value}:  # the read needs ids other than this record's
                     continue
@@ -253,6 +253,21 @@ def fact_questions(
                 others = _alternates(query, _ID_TEMPLATES, {"name": name, "entity": entity})
                 out.append(Fact(query, (lookup,), value, "id", resolves, others))
     return out
+
+
+def _id_named(args: dict[str, Any], value: str) -> str:
+    """How a question names a record by the id its read took: the id as it is (``TRK1003``), a bare number with
+    what its argument names (``ticket 104`` for ``ticket_id=104``: "What is the status of 104?" names nothing).
+
+    Example:
+        >>> _id_named({"ticket_id": 104}, "104"), _id_named({"tracking_number": "TRK1"}, "TRK1")
+        ('ticket 104', 'TRK1')
+    """
+    if not re.fullmatch(r"\d+", value):
+        return value
+    key = next((k for k, v in args.items() if id_argument(k) and str(v) == value), None)
+    noun = arg_noun(key) if key not in (None, "id") else ""
+    return f"{noun} {value}" if noun else value
 
 
 _ALTERNATES = 2
