@@ -567,3 +567,33 @@ def test_a_record_asked_by_a_bare_number_says_what_the_number_is():
     facts = [f for seed in range(4) for f in fact_questions(pairs, {}, lambda n: False, lambda *a: None, seed=seed)]
     assert facts and all("ticket 104" in f.query and "ticket ticket" not in f.query for f in facts), facts
     assert all(f.reference == (pairs[0][0],) for f in facts)
+
+
+def test_a_write_s_free_text_is_what_people_would_type_and_is_not_drawn_twice():
+    """Nothing seen fills a new ticket's ``subject`` or a comment's ``text``: the explorer draws everyday text by
+    what the argument holds ("Office move", "Waiting for the new part"), not "subject 39"; a value the server
+    already showed, or one this exploration used, is not drawn again; a kind it does not know keeps the label."""
+    from langgraph_evolver.questioning.explore import _Explorer
+    from langgraph_evolver.questioning.lexicon import plausible_text
+    from langgraph_evolver.types import ToolObservation
+
+    text = {"type": "string"}
+    tools = [{"name": "list_tickets", "description": "Tickets.", "parameters": {"properties": {}}},
+             {"name": "open_ticket", "description": "Open a ticket.", "parameters": {"properties": {
+                 "subject": text, "contact_email": text, "sku": text}, "required": ["subject", "contact_email", "sku"],
+             }},
+             {"name": "add_comment", "description": "Add a comment.", "parameters": {"properties": {
+                 "ticket_id": {"type": "integer"}, "text": text}, "required": ["ticket_id", "text"]}}]  # fmt: skip
+    explorer = _Explorer(tools, seed=0)
+    explorer.last_call = ToolCall(name="list_tickets", arguments={})
+    shown = [{"ticket_id": 101, "title": "Office move"}]  # seen, but not under "subject"
+    explorer.observe([ToolObservation(call_id="1", name="list_tickets", content=json.dumps(shown))])
+    opened = [explorer.arguments("open_ticket", recent=False) for _ in range(6)]
+    subjects = [a["subject"] for a in opened]
+    assert len(set(subjects)) == 6 and not any(s.startswith("subject") for s in subjects), subjects
+    assert "Office move" not in subjects  # the server showed it: a create tool may refuse a name that exists
+    assert plausible_text("subject", explorer.rng, explorer.written) not in subjects
+    assert all(a["contact_email"].endswith("@example.com") for a in opened), opened
+    assert all(re.fullmatch(r"sku \d+", a["sku"]) for a in opened), opened  # a kind not known: the label
+    comment = explorer.arguments("add_comment", recent=False)
+    assert comment["ticket_id"] == 101 and not comment["text"].startswith("text "), comment

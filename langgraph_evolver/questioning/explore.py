@@ -37,6 +37,7 @@ from ..environment import Environment, load_environment
 from .explore_errors import json_type as _json_type
 from .explore_errors import learn_match, learn_offered, learn_prerequisite, redrawn
 from .explore_errors import names_record as _names_record
+from .lexicon import plausible_text
 from .offered import numbers_named, suggested_values
 from .profile import singular, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
@@ -208,6 +209,8 @@ class _Explorer:
         self.probes: dict[tuple[str, str], int] = {}
         """Broad probes used so far per (tool, argument): each draw takes the next one."""
         self.used: list[str] = []
+        self.written: set[str] = set()
+        """Free text this exploration made up for writes (``lexicon.plausible_text``): not drawn twice."""
         self.made: set[tuple[str, str]] = set()
         self.step = 0
         self.dropped: list[str] = []
@@ -299,7 +302,10 @@ class _Explorer:
                 return True, re.sub(first_digit, lambda _: str(self.rng.randint(1, 9)), example, count=1)
             if self._tool in self.tools and not self.tools[self._tool]["writes"]:
                 return True, self._probe(arg)
-            return True, f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"
+            text = plausible_text(arg, self.rng, {*self.written, *(str(s.value) for s in self.seen)})
+            text = text or f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"  # a kind lexicon does not know
+            self.written.add(text)
+            return True, text
         return False, None
 
     def _probe(self, arg: str) -> str:
