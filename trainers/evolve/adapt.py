@@ -1,7 +1,7 @@
 """``python -m trainers.evolve adapt``: one command from a new environment to a better adapter.
 
     python -m trainers.evolve adapt --env "mcp:python my_server.py" --minutes 60 --output_dir runs/adapt \\
-        [--agent my_pkg.agent:graph] [--heldout my_tasks.jsonl] [--model_path checkpoints/smollm2-warm]
+        [--agent my_pkg.agent:graph] [--heldout my_tasks.jsonl] [--model_path checkpoints/smollm2-warm-doc]
 
 Phases, each writing its output and a ``done.json`` into ``output_dir/<n>-<phase>/`` (a rerun skips the done
 ones, resumes a partly done GRPO from its last checkpoint and charges a killed phase's seconds to it):
@@ -82,9 +82,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "time (the validation tasks times --k times the seconds an episode of the supervised adapter "
                    "took in the validate phase)")  # fmt: skip
     p.add_argument("--output_dir", required=True, help="where each phase writes (rerun the command to resume)")
-    p.add_argument("--model_path", default="checkpoints/smollm2-warm",
+    p.add_argument("--model_path", default="checkpoints/smollm2-warm-doc",
                    help="the starting model: a checkpoint, an adapter directory or a trainers.models name")  # fmt: skip
-    p.add_argument("--tasks", type=int, default=40, help="verified tasks to synthesize")
+    p.add_argument("--tasks", type=int, default=100, help="verified tasks to synthesize (40 before session 67)")
     p.add_argument("--split", default="0.6,0.2,0.2",
                    help="sft,rl,validation shares of the synthesized tasks (0.4,0.4,0.2 before session 57: 20 "
                    "more sft tasks in the same supervise time raised library validation 0.364 -> 0.450, "
