@@ -561,3 +561,23 @@ def test_the_gate_s_share_grows_with_the_policy_s_episodes(tmp_path):
     assert 1.4 < growth < 1.6 and abs(245 * growth - 386) < 40  # the run's gate, predicted within 10%
     assert episode_growth(turns[:3]) == 1.0  # nothing to compare yet
     assert episode_growth([4.0] * 3 + [1.0] * 5) == 0.5 and episode_growth([1.0] * 3 + [9.0] * 5) == 3.0  # bounded
+
+
+def test_a_killed_heldout_phase_reads_back_the_starting_model_s_rollouts_it_wrote_in_full(tmp_path):
+    """The held-out phase plays the starting model, then the adapter; killed between them, the rerun reads the
+    starting model's rollouts back (the same tasks and seeds give the same rollouts) unless they are not all there
+    (a file cut short by the kill, another task file): then they are played again."""
+    from langgraph_evolver.types import Task, Trajectory, write_jsonl
+    from trainers.evolve.adapt_data import played_before
+
+    tasks = [Task(id=f"t{i}", query=f"q{i}") for i in range(3)]
+    rows = [Trajectory(id=f"{t.id}-{s}", task=t, reward=0.5, rollout_index=s) for t in tasks for s in range(2)]
+    assert played_before(tmp_path, tasks, 2) is None  # nothing written yet
+    write_jsonl(tmp_path / "before.jsonl", rows)
+    back = played_before(tmp_path, tasks, 2)
+    assert back is not None and [r.id for r in back["before"]] == [r.id for r in rows]
+    assert played_before(tmp_path, tasks, 3) is None  # not k of each
+    assert played_before(tmp_path, [*tasks, Task(id="t9", query="q9")], 2) is None  # another task file
+    text = (tmp_path / "before.jsonl").read_text()
+    (tmp_path / "before.jsonl").write_text(text[: len(text) // 2])  # cut short mid-line
+    assert played_before(tmp_path, tasks, 2) is None

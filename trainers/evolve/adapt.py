@@ -26,9 +26,9 @@ ones, resumes a partly done GRPO from its last checkpoint and charges a killed p
 ``--minutes`` bounds the phases before the held-out one (``adapt_s`` in the JSON line): synthesize and supervise
 stop at their ``SHARES``, the own rollouts stop after a probe that solves nothing (``PROBE``), and GRPO gets what
 is left once the gate's time, predicted from the seconds an episode of the supervised adapter took in the
-validate phase, is set aside
-(too little left: no GRPO, the supervised adapter is the candidate). The held-out evaluation is the user's
-yardstick and comes on top. Then one JSON line (``heldout_before``, ``heldout_after``, ``paired_gain``,
+validate phase, is set aside (too little left: no GRPO, the supervised adapter is the candidate). The held-out
+evaluation is the user's yardstick and comes on top (a killed one reads back its starting model's rollouts
+when they were all written). Then one JSON line (``heldout_before``, ``heldout_after``, ``paired_gain``,
 ``lower_bound``, ``tasks_synthesized``, ``sft_examples``, ``grpo_steps``, ``adapt_s``, ``wall_s``, ...).
 Every phase's policy server holds tool calls to the environment's tools (``--strict_tools``, on by default:
 docs/policy-endpoint.md); serve the adapter with ``--strict-tools`` too, or send ``"strict": true`` functions.
@@ -49,6 +49,7 @@ from typing import Any
 
 from langgraph_evolver.errors import ConfigError, EvolverError
 
+from .adapt_data import played_before
 from .adapt_grpo import grpo_phase
 
 __all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "phase_dir", "supervise_phase", "tasks_file"]
@@ -85,10 +86,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_path", default="checkpoints/smollm2-warm-doc",
                    help="the starting model: a checkpoint, an adapter directory or a trainers.models name")  # fmt: skip
     p.add_argument("--tasks", type=int, default=100, help="verified tasks to synthesize (40 before session 67)")
-    p.add_argument("--split", default="0.6,0.2,0.2",
-                   help="sft,rl,validation shares of the synthesized tasks (0.4,0.4,0.2 before session 57: 20 "
-                   "more sft tasks in the same supervise time raised library validation 0.364 -> 0.450, "
-                   "docs/your-domain.md)")  # fmt: skip
+    p.add_argument("--split", default="0.6,0.2,0.2", help="sft,rl,validation shares of the synthesized tasks "
+                   "(0.4,0.4,0.2 before session 57: docs/your-domain.md)")  # fmt: skip
     p.add_argument("--max_explorations", type=int, default=None, help="self-questioning's exploration budget")
     p.add_argument("--n_depth", type=int, default=17, help="depth-phase calls per exploration")
     p.add_argument("--k", type=int, default=4, help="paired samples per task in the gate and the held-out evaluation")
@@ -488,7 +487,7 @@ def _heldout(run: Run, d: Path) -> dict[str, Any]:
                           "docs/mcp.md) or Task objects (id, query, reference_solution).") from e  # fmt: skip
     if not tasks:
         raise ConfigError(f"--heldout {path} holds no tasks.")
-    return {"tasks": len(tasks), **_evaluate(run, tasks, dict([_chosen(run)]), d)}
+    return {"tasks": len(tasks), **_evaluate(run, tasks, dict([_chosen(run)]), d, played_before(d, tasks, run.args.k))}
 
 
 def _promote(run: Run, adapter: Path) -> str:

@@ -30,8 +30,8 @@ from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
 __all__ = ["PARTS", "confirmation", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes",
-           "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks", "supervised_examples",
-           "swap_values", "swapped_tasks", "train_lora"]  # fmt: skip
+           "played_before", "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks",
+           "supervised_examples", "swap_values", "swapped_tasks", "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -482,3 +482,20 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     return {"steps": step, "loss": round(sum(recent) / len(recent), 4) if recent else None,
             "seconds": round(time.perf_counter() - started, 1),
             "dtype": str(compute).removeprefix("torch.")}  # fmt: skip
+
+
+def played_before(d: Path, tasks: Sequence[Task], k: int) -> dict[str, list[Trajectory]] | None:
+    """The starting model's rollouts that a killed phase wrote in full to ``d/before.jsonl`` (k of each of
+    ``tasks``), to be read back (``adapt._evaluate``'s ``ran``) instead of played again: the same tasks and seeds
+    give the same rollouts. None when there are none, or not all of them (a file cut short, other tasks)."""
+    from langgraph_evolver.types import read_jsonl
+
+    path = d / "before.jsonl"
+    try:
+        rows = list(read_jsonl(path, Trajectory)) if path.is_file() else []
+    except (ValueError, TypeError, KeyError):  # a line cut short by the kill
+        return None
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.task.id] = counts.get(row.task.id, 0) + 1
+    return {"before": rows} if rows and counts == {t.id: k for t in tasks} else None
