@@ -38,7 +38,7 @@ _KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
       "Sent the invoice again", "Checked and confirmed", "Needs a second review", "Customer will reply by Friday",
       "Left a voicemail", "Replaced the cable")),
     (("header", "headers", "column", "columns", "field", "fields", "category", "categories", "tag", "tags",
-      "label", "labels", "type", "kind", "group", "department", "team"),
+      "label", "labels", "department", "team"),
      ("Notes", "Total", "Owner", "Due date", "Region", "Cost", "Priority", "Supplier", "Travel", "Marketing")),
     (("name", "title", "subject", "topic", "heading", "caption", "project", "event", "item", "product", "headline"),
      ("Quarterly report", "Team offsite", "Spring sale", "Kitchen supplies", "Office move", "Product launch",
