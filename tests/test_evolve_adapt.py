@@ -581,3 +581,30 @@ def test_a_killed_heldout_phase_reads_back_the_starting_model_s_rollouts_it_wrot
     text = (tmp_path / "before.jsonl").read_text()
     (tmp_path / "before.jsonl").write_text(text[: len(text) // 2])  # cut short mid-line
     assert played_before(tmp_path, tasks, 2) is None
+
+
+def test_a_restarted_server_loads_the_adapters_again_and_rollouts_that_all_failed_are_an_error(tmp_path):
+    """GRPO stops the evaluations' server and the gate starts a new one: the adapters the first one held are not
+    in the second, so their names are forgotten (session 67: the held-out phase asked for the supervised adapter
+    by its old name, and all 96 episodes crashed with a 404). Rollouts that all failed are an error that says why,
+    never an avg@k of 0.0; some failures among them are kept as they are."""
+    from types import SimpleNamespace
+
+    from langgraph_evolver.errors import EvolverError
+    from langgraph_evolver.types import Task, Trajectory
+    from trainers.evolve.adapt import Run, make_parser
+    from trainers.evolve.adapt_data import played
+
+    run = Run(make_parser().parse_args(["--env", ROOMS, "--minutes", "1", "--output_dir", str(tmp_path)]))
+    stopped = []
+    run.server = SimpleNamespace(stop=lambda: stopped.append(True))
+    run.names = {"/runs/a/4-supervise/adapter": "adapter-71d9cd"}
+    run.stop()
+    assert stopped and run.server is None and run.names == {}
+
+    task = Task(id="t", query="q")
+    crashed = Trajectory(id="a", task=task, finish_reason="error", errors=("rollout crashed: 404 adapter-71d9cd",))
+    fine = Trajectory(id="b", task=task, reward=1.0)
+    assert played([crashed, fine], "m") == [crashed, fine]
+    with pytest.raises(EvolverError, match="every one of the 2 rollouts of 'adapter-71d9cd' failed.*404"):
+        played([crashed, crashed], "adapter-71d9cd")

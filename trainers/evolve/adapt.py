@@ -49,7 +49,7 @@ from typing import Any
 
 from langgraph_evolver.errors import ConfigError, EvolverError
 
-from .adapt_data import played_before
+from .adapt_data import played, played_before
 from .adapt_grpo import grpo_phase
 
 __all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "phase_dir", "supervise_phase", "tasks_file"]
@@ -290,13 +290,13 @@ class Run:
 
         cfg = grpo_config(self.train_keys(), self.out)
         model = self.model(adapter)
-        return asyncio.run(evaluation_rollouts(tasks, base_url=self.server.base_url, model=model, k=k, cfg=cfg,
-                                               seed=seed))  # fmt: skip
+        return played(asyncio.run(evaluation_rollouts(tasks, base_url=self.server.base_url, model=model, k=k,
+                                                      cfg=cfg, seed=seed)), model)  # fmt: skip
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
-            self.server = None
+            self.server, self.names = None, {}  # a new server holds none of the adapters loaded into this one
 
 
 def phase_dir(out: Path, phase: str) -> Path:
