@@ -39,6 +39,7 @@ promotes (``ProductionEndpoint.serve``). docs/your-domain.md has the figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import threading
@@ -47,10 +48,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_evolver.errors import ConfigError, EvolverError
+from langgraph_evolver.errors import ConfigError, EvolverError, PolicyEndpointError
 
-from .adapt_data import played, played_before
+from .adapt_data import played_before
 from .adapt_grpo import grpo_phase
+from .evaluation import grpo_config
 
 __all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "phase_dir", "supervise_phase", "tasks_file"]
 
@@ -282,16 +284,15 @@ class Run:
         return self.names[key]
 
     def rollouts(self, tasks: list[Any], adapter: Path | None, *, k: int, seed: int | None) -> list[Any]:
-        import asyncio
-
+        from trainers.evaluate import summarize, too_many_failures
         from trainers.training_tasks import evaluation_rollouts
 
-        from .evaluation import grpo_config
-
-        cfg = grpo_config(self.train_keys(), self.out)
-        model = self.model(adapter)
-        return played(asyncio.run(evaluation_rollouts(tasks, base_url=self.server.base_url, model=model, k=k,
-                                                      cfg=cfg, seed=seed)), model)  # fmt: skip
+        cfg, model = grpo_config(self.train_keys(), self.out), self.model(adapter)  # model() starts the server
+        rows = asyncio.run(evaluation_rollouts(tasks, base_url=self.server.base_url, model=model, k=k, cfg=cfg,
+                                               seed=seed))  # fmt: skip
+        if reason := too_many_failures(summarize(rows, k), cfg.max_failed_rollout_share, repr(model)):
+            raise PolicyEndpointError(reason)  # session 67: 96 of 96 crashed with a 404 and read as 0.000
+        return rows
 
     def stop(self) -> None:
         if self.server is not None:

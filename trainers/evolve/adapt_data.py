@@ -20,6 +20,7 @@ import hashlib
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
 __all__ = ["PARTS", "confirmation", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes",
-           "played", "played_before", "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks",
+           "played_before", "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks",
            "supervised_examples", "swap_values", "swapped_tasks", "train_lora"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
@@ -495,19 +496,5 @@ def played_before(d: Path, tasks: Sequence[Task], k: int) -> dict[str, list[Traj
         rows = list(read_jsonl(path, Trajectory)) if path.is_file() else []
     except (ValueError, TypeError, KeyError):  # a line cut short by the kill
         return None
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.task.id] = counts.get(row.task.id, 0) + 1
+    counts = Counter(row.task.id for row in rows)
     return {"before": rows} if rows and counts == {t.id: k for t in tasks} else None
-
-
-def played(rows: list[Trajectory], model: str) -> list[Trajectory]:
-    """``rows``, the rollouts of ``model``, unless every one of them failed: then an error that says why (the first
-    one's error), not an avg@k of 0.0 (session 67: a held-out phase asked its server for an adapter the server,
-    restarted for GRPO, no longer held, and reported 0.000 after 96 crashed episodes)."""
-    from langgraph_evolver.errors import EvolverError
-
-    if rows and all(r.finish_reason == "error" for r in rows):
-        first = next((e for r in rows for e in r.errors), "no error recorded")
-        raise EvolverError(f"every one of the {len(rows)} rollouts of {model!r} failed; the first: {first}")
-    return rows
