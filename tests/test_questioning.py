@@ -482,6 +482,41 @@ def test_a_record_is_named_by_its_owner_only_through_a_lookup_that_shows_the_own
     assert firsts <= {("list_tickets", "{}")}
 
 
+@pytest.mark.parametrize("unfiltered", [True, False])
+def test_a_record_with_neither_name_nor_owner_goes_by_its_text_label(unfiltered):
+    """A help desk's ticket has a subject, not a name or an owner: "close ticket 'Cannot log in after a reset'",
+    its reference starting with the listing that shows the subject (one filtered by ``status``, a field of its
+    records, as it was when no listing of all of them ran: ``status`` is no search text to set to the subject).
+    A text two records share ("in progress") is a state, never a record's label; nor is a sentence or a date."""
+    from langgraph_evolver.questioning.synthesize import synthesize
+    from langgraph_evolver.questioning.wording import record_names
+    from langgraph_evolver.types import ToolObservation
+
+    listed = [{"ticket_id": 102, "subject": "Cannot log in after a reset", "status": "open"},
+              {"ticket_id": 104, "subject": "CSV export times out", "status": "open"}]  # fmt: skip
+    listing = ToolCall(name="list_tickets", arguments={} if unfiltered else {"status": "open"})
+    trajectory = _explored([
+        (listing, json.dumps(listed)),
+        (ToolCall(name="close_ticket", arguments={"ticket_id": 102, "resolution": "Reset the password"}),
+         '{"ticket_id": 102, "status": "closed"}'),
+    ], {"list_tickets": "Tickets, optionally with a status.", "close_ticket": "Close a ticket."})  # fmt: skip
+    named = [t for t in synthesize(trajectory) if t.metadata.get("resolves")]
+    closes = [t for t in named if "Cannot log in after a reset" in t.query and "close" in t.query.lower()]
+    assert closes and all("102" not in t.query for t in closes), [t.query for t in named]
+    assert [(c.name, c.arguments) for c in closes[0].reference_solution] == [
+        (listing.name, listing.arguments), ("close_ticket", {"ticket_id": 102, "resolution": "Reset the password"})]
+    facts = [t.query for t in named if t.metadata.get("fact")]
+    assert "Look up the ticket 'Cannot log in after a reset' and tell me the status." in facts, facts
+
+    def seen(rows):
+        return ToolObservation(call_id="c", name="list_tickets", content=json.dumps(rows))
+
+    assert record_names([seen(listed)]) == {"102": "Cannot log in after a reset", "104": "CSV export times out"}
+    states = [{"ticket_id": 1, "state": "in progress"}, {"ticket_id": 2, "state": "in progress"}]
+    assert record_names([seen(states)]) == {}
+    assert record_names([seen([{"ticket_id": 3, "note": "Called back, no answer.", "due": "2026-12-01"}])]) == {}
+
+
 def _loans_returned(*loans: tuple[str, str, str]):
     """An exploration of a library: the members listed, Dev Patel's ``loans`` (loan id, book id, title) listed,
     then loans L2 and L4 checked back in."""

@@ -30,7 +30,7 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import singular, tool_entity
-from .wording import NAME_KEYS, Owned, arg_noun, id_argument, id_values, quotes, shown_value
+from .wording import NAME_KEYS, Owned, Titled, arg_noun, id_argument, id_values, quotes, shown_value
 
 __all__ = ["FACT_KEY", "ID_SHARE", "PER_RECORD", "Fact", "fact_questions", "field_phrases", "table_facts",
            "table_rows"]  # fmt: skip
@@ -219,8 +219,10 @@ def fact_questions(
                 lookup = find(value, name, key) if fields else None
                 if lookup is None:
                     continue
-                by_name = key is None  # a record of its own name, not its owner's: its id is asked too
-                if by_name:
+                by_name = key is None and not isinstance(name, Titled)  # its own name: its id is asked too
+                if isinstance(name, Titled):  # "What is the priority of the ticket 'CSV export times out'?"
+                    name, templates = name.phrase, _PLAIN[1:]
+                elif by_name:
                     templates = _TEMPLATES
                 else:
                     name, templates = Owned(name, tool_entity(lookup.name)).phrase, _PLAIN

@@ -212,11 +212,12 @@ def _lookup_for(
 ) -> ToolCall | None:
     """A read that finds record ``value`` from its ``name``: a call of the exploration that showed the record and
     needs no id itself, its free-text argument set to the name (``search_books(query="")`` ->
-    ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it. A
+    ``search_books(query="Beloved")``); an argument-free listing as it was when no such search showed it, else
+    one filtered by a field of its records (``list_tickets(status="open")``: ``status`` is no search text). A
     record named by its owner (``field``: the key that holds them, ``recipient``) is found by that argument on a
     tool that showed it (``list_shipments(recipient="Jonas Weber")``), else by a listing that shows the owner's name
     (``list_tickets()`` listing no assignee finds no "alex's ticket"), never by free text."""
-    listing = None
+    listing, filtered = None, False
     if field is not None:  # a filter by owner on a tool that showed the record: list_shipments(recipient=...)
         showed = {c.name for (c, _), seen in zip(pairs, shown, strict=True) if value in seen.ids}
         for call, _ in pairs:
@@ -231,14 +232,16 @@ def _lookup_for(
         if seen.names.count(name) > 1:  # two records answer to that name here
             continue
         text = [k for k, v in args.items() if isinstance(v, str)]
+        plain = text if field is not None else [k for k in text if not re.search(rf'"{re.escape(k)}"\s*:', obs.content)]
         if field is not None:
             key = field if field in text else None
-        else:
-            key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), text[0] if text else None)
+        else:  # a text argument its records hold as a field (status="open") filters, it searches nothing
+            key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), plain[0] if plain else None)
         if key is not None:
             return ToolCall(name=call.name, arguments={**args, key: name})
-        if listing is None and not text and (field is None or name in str(obs.content)):  # it shows the owner
-            listing = ToolCall(name=call.name, arguments=dict(args))
+        if not plain and (field is None or name in str(obs.content)):  # it shows the owner
+            if listing is None or (filtered and not text):  # a listing, else one filtered by a field as it was
+                listing, filtered = ToolCall(name=call.name, arguments=dict(args)), bool(text)
     return listing
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ __all__ = [
     "OWNER_KEYS",
     "QUOTED",
     "Owned",
+    "Titled",
     "arg_noun",
     "clause",
     "describe_with_descriptions",
@@ -92,6 +94,22 @@ class Owned(str):
     @property
     def phrase(self) -> str:
         return f"{self}'s {self.noun}" + (f" of '{self.of}'" if self.of else "")
+
+
+class Titled(str):
+    """A record's text label (``_text_label``: a ticket's subject), with ``noun``, what the record is: a request
+    names it as people do, "the ticket 'CSV export times out'" (``phrase``), where a name stands alone."""
+
+    noun: str
+
+    def __new__(cls, label: str, noun: str) -> Titled:
+        made = super().__new__(cls, label)
+        made.noun = noun
+        return made
+
+    @property
+    def phrase(self) -> str:
+        return f"the {self.noun} '{self}'" if self.noun else f"'{self}'"
 
 
 _ARTICLES = r"(?:an?|the|one|some|any|several|a few|a given|given|its|their|his|her)"
@@ -240,13 +258,42 @@ def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, s
 
 
 def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
-    """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``."""
+    """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``;
+    a record with neither a name nor an owner goes by its text label (``_text_label``: a ticket's subject) when no
+    other record has that text (two tickets "in progress" have a state, not a name)."""
     out: dict[str, str] = {}
+    labelled: dict[str, str] = {}
     for record in _records(observations):
         if (name := _name(record)) is not None:
             for value in id_values(record):
                 out.setdefault(value, name)
+        elif (label := _text_label(record)) is not None:
+            key = next(str(k) for k in record if id_argument(str(k)))
+            labelled.setdefault(id_values(record)[0], Titled(label, "" if key == "id" else arg_noun(key)))
+    shared = Counter(labelled.values())
+    for value, label in labelled.items():
+        if shared[label] == 1:
+            out.setdefault(value, label)
     return out
+
+
+_LABEL_WORDS = (2, 8)
+"""How many words a record's text label has (``_text_label``): one word is a state or a kind ("open"), more than
+eight a sentence."""
+
+
+def _text_label(record: Mapping[str, Any]) -> str | None:
+    """What a record with one id and neither a name nor an owner goes by, as people name it: its first field of a
+    few plain words (``{"ticket_id": 104, "subject": "CSV export times out", "status": "open"}`` -> the subject),
+    not an id, a number, a date, an address or a sentence (no digit, no ``@``, ``/`` or sentence punctuation)."""
+    if _name(record) is not None or _owner(record) is not None or len(id_values(record)) != 1:
+        return None
+    for key, value in record.items():
+        if not isinstance(value, str) or id_argument(str(key)) or re.search(r"[\d@/.,;:!?]", value):
+            continue
+        if _LABEL_WORDS[0] <= len(value.split()) <= _LABEL_WORDS[1]:
+            return value.strip()
+    return None
 
 
 def _name(record: Mapping[str, Any]) -> str | None:
@@ -271,6 +318,8 @@ def record_labels(observations: Sequence[ToolObservation]) -> list[str]:
         name, key = _name(record), _owner(record)
         if name or key is not None:
             out.append(name or record[str(key)].strip())
+        elif (label := _text_label(record)) is not None:
+            out.append(label)
     return out
 
 
