@@ -489,7 +489,7 @@ def test_a_record_with_neither_name_nor_owner_goes_by_its_text_label(unfiltered)
     records, as it was when no listing of all of them ran: ``status`` is no search text to set to the subject).
     A text two records share ("in progress") is a state, never a record's label; nor is a sentence or a date."""
     from langgraph_evolver.questioning.synthesize import synthesize
-    from langgraph_evolver.questioning.wording import record_names
+    from langgraph_evolver.questioning.wording import Titled, clause, record_names
     from langgraph_evolver.types import ToolObservation
 
     listed = [{"ticket_id": 102, "subject": "Cannot log in after a reset", "status": "open"},
@@ -504,9 +504,15 @@ def test_a_record_with_neither_name_nor_owner_goes_by_its_text_label(unfiltered)
     closes = [t for t in named if "Cannot log in after a reset" in t.query and "close" in t.query.lower()]
     assert closes and all("102" not in t.query for t in closes), [t.query for t in named]
     assert [(c.name, c.arguments) for c in closes[0].reference_solution] == [
-        (listing.name, listing.arguments), ("close_ticket", {"ticket_id": 102, "resolution": "Reset the password"})]
+        (listing.name, listing.arguments),
+        ("close_ticket", {"ticket_id": 102, "resolution": "Reset the password"}),
+    ]
     facts = [t.query for t in named if t.metadata.get("fact")]
     assert "Look up the ticket 'Cannot log in after a reset' and tell me the status." in facts, facts
+    titled = {"104": Titled("CSV export times out", "ticket")}  # not "change ticket CSV export times out's priority"
+    assert clause(ToolCall(name="set_priority", arguments={"ticket_id": 104, "priority": "urgent"}),
+                  "Change a ticket's priority.", {}, titled) == (
+        "change priority of ticket 'CSV export times out' with priority 'urgent'")  # fmt: skip
 
     def seen(rows):
         return ToolObservation(call_id="c", name="list_tickets", content=json.dumps(rows))

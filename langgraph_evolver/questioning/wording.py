@@ -222,8 +222,13 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
             phrase = phrase.replace(amount.group(0), f"{value} {counted}", 1)
         elif found and not numeric:
             possessive = phrase[found.end() :].startswith("'s")
-            named = shown.strip("'") if possessive else shown
-            phrase = phrase.replace(found.group(0), f"{found.group(1)}{noun}{found.group(2)} {named}", 1)
+            after = re.match(r"'s (\w+)", phrase[found.end() :]) if isinstance(owner, Titled) else None
+            if after:  # "a ticket's priority": "priority of ticket 'CSV export times out'", not "...out's"
+                tail = phrase[found.end() + after.end() :]
+                phrase = f"{phrase[: found.start()]}{after.group(1)} of {noun}{found.group(2)} {shown}{tail}"
+            else:
+                named = shown.strip("'") if possessive else shown
+                phrase = phrase.replace(found.group(0), f"{found.group(1)}{noun}{found.group(2)} {named}", 1)
         else:
             rest.append(f"{noun} {shown}")
     words = phrase.split()
