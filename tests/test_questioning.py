@@ -577,6 +577,24 @@ def test_tasks_that_ask_for_several_things_are_at_most_their_share():
         assert len(sample) == 5 and sum(t.metadata[INTENTS_KEY] > 1 for t in sample) == round(5 * MULTI_SHARE)
 
 
+def test_an_exploration_s_sample_gives_requests_that_name_records_their_share():
+    """Drawn evenly, few of an exploration's requests name records (a shipping run kept 7 of 93), though people
+    name them: up to ``NAMED_SHARE`` of each part of the sample goes to those first, the rest drawn as before,
+    and where there are fewer all of them are in it."""
+    from langgraph_evolver.questioning.synthesize import NAMED_SHARE, RESOLVES_KEY, _sample
+
+    def task(i: int, named: bool) -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", metadata={RESOLVES_KEY: [[0, "x"]]} if named else {})
+
+    many = [task(i, named=i % 10 < 3) for i in range(100)]  # 30 of 100 name a record
+    for seed in range(3):
+        sample = _sample(many, 20, seed)
+        assert len({t.id for t in sample}) == 20
+        assert sum(RESOLVES_KEY in t.metadata for t in sample) == round(20 * NAMED_SHARE)  # not 6 of 20 (30%)
+    few = [task(i, named=i < 3) for i in range(100)]
+    assert sum(RESOLVES_KEY in t.metadata for t in _sample(few, 20, 0)) == 3
+
+
 def test_the_store_keeps_tasks_asking_for_several_things_up_to_its_cap(monkeypatch):
     """Past ``multi_cap`` kept tasks that ask for more than one thing, the others are left out unfiltered (counted
     with the tool cap's), those kept in earlier explorations counting; within a pool one-thing tasks come first."""

@@ -43,7 +43,7 @@ from .wording import (
     record_owners,
 )
 
-__all__ = ["INTENTS_KEY", "MULTI_SHARE", "RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "asks_several",
+__all__ = ["INTENTS_KEY", "MULTI_SHARE", "NAMED_SHARE", "RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "asks_several",
            "describe_calls", "intents", "phrasing_overlap", "synthesize"]  # fmt: skip
 
 SYNTHESIZER_NAME = "offline-schema"
@@ -184,15 +184,31 @@ def asks_several(task: Task) -> bool:
     return int(task.metadata.get(INTENTS_KEY, 1)) > 1
 
 
+NAMED_SHARE = 0.5
+"""The share of an exploration's sample (``synthesize``'s ``max_tasks``) that goes first to requests naming records
+(``RESOLVES_KEY``: "cancel Jonas Weber's shipment", its lookup first) where there are that many. Drawn evenly, 7 of
+a shipping run's 93 kept tasks named one (session 68), against most hand-written requests, and its adapter opened
+23 of 88 held-out episodes with the write, an id made up, where the request's reference looks the record up first.
+Half is a choice, not a measured optimum: the other half keeps the requests that give ids."""
+
+
+def _named_first(tasks: list[Task], n: int) -> list[Task]:
+    """``tasks`` with up to ``n`` of those that name records (``RESOLVES_KEY``) moved to the front, in order."""
+    named = [t for t in tasks if RESOLVES_KEY in t.metadata][:n]
+    return [*named, *(t for t in tasks if not any(t is m for m in named))]
+
+
 def _sample(tasks: list[Task], n: int, seed: int) -> list[Task]:
     """``n`` of ``tasks`` drawn with ``seed``, those asking for more than one thing at most ``MULTI_SHARE`` of them
-    (more only where too few ask for one)."""
+    (more only where too few ask for one), and up to ``NAMED_SHARE`` of each part requests that name records."""
     rng = random.Random(seed)
     single = [t for t in tasks if not asks_several(t)]
     multi = [t for t in tasks if asks_several(t)]
     rng.shuffle(single)
     rng.shuffle(multi)
     n_multi = max(min(len(multi), round(n * MULTI_SHARE)), n - len(single))
+    single = _named_first(single, round((n - n_multi) * NAMED_SHARE))
+    multi = _named_first(multi, round(n_multi * NAMED_SHARE))
     return rng.sample([*single[: n - n_multi], *multi[:n_multi]], n)
 
 
