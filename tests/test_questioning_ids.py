@@ -168,6 +168,7 @@ def test_pipeline_keeps_state_changing_tasks_and_reports_their_share():
     assert report.kept == len(tasks) == 12
     changing = [t for t in tasks if t.metadata["feasibility"]["state_changed"]]
     assert changing and report.state_changing == round(len(changing) / len(tasks), 3) > 0
+    assert report.named == round(sum("resolves" in t.metadata for t in tasks) / len(tasks), 3)
     writes = {"book_flight", "add_baggage", "cancel_reservation", "change_flight"}
     assert any(c.name in writes for t in changing for c in t.reference_solution)
     for task in changing[:3]:  # a fresh instance replays each to a changed state

@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  explorer {report.explorer}, synthesizer {report.synthesizer} {report.synthesizer_stats or ''}")
     print(
         f"  {report.state_changing:.0%} of the kept tasks change state, "
-        f"{report.multi_intent:.0%} ask for several things"
+        f"{report.multi_intent:.0%} ask for several things, {report.named:.0%} name records"
     )
     print(
         f"  stored {added} new tasks in {args.out} ({total} in all)" + (f"; not stored: {dropped}" if dropped else "")

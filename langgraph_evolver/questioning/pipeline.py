@@ -31,7 +31,15 @@ from .filters import DuplicateIndex, FilterReport, filter_tasks, state_fingerpri
 from .profile import tool_kind
 from .reach import explain_unreached, next_setup
 from .store import TaskStore
-from .synthesize import MULTI_SHARE, SYNTHESIZER_NAME, Describer, asks_several, phrasing_overlap, synthesize
+from .synthesize import (
+    MULTI_SHARE,
+    RESOLVES_KEY,
+    SYNTHESIZER_NAME,
+    Describer,
+    asks_several,
+    phrasing_overlap,
+    synthesize,
+)
 from .synthesize_llm import LLMSynthesizer
 
 __all__ = ["MAX_TOOL_SHARE", "PipelineReport", "asynthesize_tasks", "create_synthesis_node", "synthesize_tasks"]
@@ -67,6 +75,9 @@ class PipelineReport:
     multi_intent: float = 0.0
     """Share of the kept tasks that ask for more than one thing (``INTENTS_KEY``; at most ``MULTI_SHARE`` where
     enough ask for one)."""
+    named: float = 0.0
+    """Share of the kept tasks whose request names records instead of giving their ids (``RESOLVES_KEY``: "cancel
+    Jonas Weber's shipment", its lookup first), as people ask (``NAMED_SHARE``)."""
     over_cap: int = 0
     """Candidates left out unfiltered because a tool they are about had its share of the tasks (``MAX_TOOL_SHARE``),
     or because the tasks asking for several things had theirs (``MULTI_SHARE``)."""
@@ -346,6 +357,7 @@ async def asynthesize_tasks(
         by_level=dict(sorted(by_level.items())),
         state_changing=round(changing / len(kept), 3) if kept else 0.0,
         multi_intent=round(sum(map(asks_several, kept)) / len(kept), 3) if kept else 0.0,
+        named=round(sum(RESOLVES_KEY in t.metadata for t in kept) / len(kept), 3) if kept else 0.0,
         seconds=round(time.perf_counter() - started, 2),
         explorer="schema" if explorer is None else f"llm:{model_id(explorer)}",
         synthesizer=writer.name if writer is not None else SYNTHESIZER_NAME,

@@ -338,7 +338,7 @@ def _synthesize(run: Run, d: Path) -> dict[str, Any]:
                            f"{[u['tool'] for u in report.unreached] or 'none'}).")  # fmt: skip
     _write_tasks(d / "tasks.jsonl", tasks)
     return {"tasks_synthesized": len(tasks), "explorations": report.explorations,
-            "state_changing": report.state_changing, "multi_intent": report.multi_intent,
+            "state_changing": report.state_changing, "multi_intent": report.multi_intent, "named": report.named,
             "filters": report.filters.removed}  # fmt: skip
 
 
