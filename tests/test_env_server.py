@@ -50,7 +50,10 @@ def service() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def http(service: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=service, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+    # A fresh connection per request: a pooled one the server closes as idle (its keep-alive and header
+    # timeouts) can be reset under a request sent at that instant (CI: "Connection reset by peer" on /health).
+    no_keepalive = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(base_url=service, headers={"Authorization": f"Bearer {TOKEN}"}, limits=no_keepalive) as client:
         yield client
 
 
