@@ -20,6 +20,7 @@ PACKAGES = [
     "langgraph_evolver.reference_scoring",
     "langgraph_evolver.tool_results",
     "trainers.evolve.adapt_data",  # what a supervised chat ends with (final_answer)
+    "trainers.tiny",  # the supervised batches every trainer draws (padded_batches)
 ]
 
 
