@@ -425,17 +425,25 @@ def evaluate_in_process(
     return out
 
 
-def supervised_step(model: Any, opt: Any, params: Any, batch: tuple[Any, Any, Any], dtype: Any = None) -> float:
+def supervised_step(model: Any, opt: Any, params: Any, batch: tuple[Any, Any, Any], dtype: Any = None,
+                    share_prefix: bool = False) -> float:  # fmt: skip
     """One optimizer step on a ``padded_batches`` batch (the loss on labelled tokens only), gradients clipped to
-    norm 1; the loss. ``dtype`` bfloat16: the forward under CPU bf16 autocast (``train_precision``). Shared by the
-    tiny policy, ``trainers.warm_start`` and ``trainers.evolve adapt``."""
+    norm 1; the loss. ``dtype`` bfloat16: the forward under CPU bf16 autocast (``train_precision``). With
+    ``share_prefix`` the rows' common untrained opening runs once (``trainers.shared_prefix``: the same loss and
+    gradients; a transformers model with a KV cache). Shared by the tiny policy, ``trainers.warm_start`` and
+    ``trainers.evolve adapt``."""
     import torch
 
+    from .shared_prefix import MIN_SHARED, shared_prefix_length, shared_prefix_loss
     from .train_precision import precision_context
 
     ids, labels, mask = batch
+    prefix = shared_prefix_length(ids, labels, mask) if share_prefix else 0
     with precision_context(dtype):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        if prefix >= MIN_SHARED:
+            loss = shared_prefix_loss(model, ids, labels, mask, prefix)
+        else:
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)

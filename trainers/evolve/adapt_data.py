@@ -444,6 +444,8 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     sandbox validation: the gate on the synthesized validation part judges the result. ``dtype`` is GRPO's
     ``train_dtype`` (``auto``: bf16 autocast forwards on a CPU with bf16 instructions, the weights and the
     optimizer in fp32; 1.7-1.9x fp32 a step on this project's 2 cores, ``benchmarks/train_step_precision.py``).
+    A batch's shared opening (the system turn with the tools, the same in every chat) runs once, not once a row
+    (``trainers.shared_prefix``: the same loss and gradients).
     """
     import time
 
@@ -462,14 +464,14 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     model = get_peft_model(base, config)
     compute = resolve_train_dtype(dtype, num_parameters=sum(p.numel() for p in base.parameters()))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    batches = padded_batches(examples, min(batch_size, len(examples)), pad, random.Random(0))  # full batches only
+    batches = padded_batches(examples, batch_size, pad, random.Random(0))  # every example once a pass
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     started, step, losses = time.perf_counter(), 0, []
     bar = tqdm(total=max_steps, desc="adapt: supervise", unit="step", disable=not progress, mininterval=2)
     model.train()
     while time.perf_counter() - started < seconds and (max_steps is None or step < max_steps):
-        loss = supervised_step(model, opt, params, next(batches), compute)
+        loss = supervised_step(model, opt, params, next(batches), compute, share_prefix=True)
         step += 1
         losses.append(loss)
         bar.update(1)
