@@ -10,7 +10,8 @@ there with the same budget (``--minutes``, adapt's share) and seed and the adapt
 ``--more_sft N``, B also supervises the first N tasks of the run's rl part, as a larger sft share of ``--split``
 would give it; the validation part is the run's, disjoint from both by the split); then both
 supervised adapters (A: the run's, B: the new one) play the validation tasks, ``--k`` samples each with the
-same seeds (rollouts in ``a.jsonl`` and ``b.jsonl``), and the gate's paired bootstrap bounds B - A. Validation
+same seeds (rollouts in ``a.jsonl`` and ``b.jsonl``; A's read back from the run's ``5-validate/supervised.jsonl``
+when it holds all of them), and the gate's paired bootstrap bounds B - A. Validation
 only: the held-out tasks are not read. Ends with one JSON line: ``a``, ``b``, ``paired_gain``, ``lower_bound``,
 ``examples`` (A's and B's supervise counts), ``answered_after_error`` (share of each side's episodes that end
 with an answer right after an error observation), ``first_call_right`` (share whose first call names the
@@ -33,6 +34,7 @@ from benchmarks.adapt_diagnose import answered_after_error, first_call_right, re
 from langgraph_evolver.types import write_jsonl  # noqa: E402
 from trainers.evaluate import summarize  # noqa: E402
 from trainers.evolve.adapt import Run, make_parser, supervise_phase, tasks_file  # noqa: E402
+from trainers.evolve.adapt_data import played_before  # noqa: E402
 from trainers.evolve.gate import decide_paired, sample_rewards  # noqa: E402
 
 
@@ -59,10 +61,14 @@ def main(argv: list[str] | None = None) -> dict:
     if not (out / "a-adapter").exists():  # the policy server loads weights from under --out only
         shutil.copytree(src / "4-supervise" / "adapter", out / "a-adapter")
     sides = {"a": out / "a-adapter", "b": out / "4-supervise" / "adapter"}
-    played = {}
+    # A's rollouts are the run's own validate phase's (since session 64) when it played all k of each task: the
+    # same adapter, tasks and seeds (--seed is the run's) give the same rollouts
+    ran = played_before(src / "5-validate", tasks, args.k, name="supervised")
+    played = {"a": ran["supervised"]} if ran else {}
     try:
         for side, adapter in sides.items():
-            played[side] = run.rollouts(tasks, adapter, k=args.k, seed=args.seed)
+            if side not in played:
+                played[side] = run.rollouts(tasks, adapter, k=args.k, seed=args.seed)
     finally:
         run.stop()
     for side in sides:

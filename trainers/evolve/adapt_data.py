@@ -487,16 +487,17 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
             "dtype": str(compute).removeprefix("torch.")}  # fmt: skip
 
 
-def played_before(d: Path, tasks: Sequence[Task], k: int) -> dict[str, list[Trajectory]] | None:
+def played_before(d: Path, tasks: Sequence[Task], k: int, name: str = "before") -> dict[str, list[Trajectory]] | None:
     """The starting model's rollouts that a killed phase wrote in full to ``d/before.jsonl`` (k of each of
     ``tasks``), to be read back (``adapt._evaluate``'s ``ran``) instead of played again: the same tasks and seeds
-    give the same rollouts. None when there are none, or not all of them (a file cut short, other tasks)."""
+    give the same rollouts. None when there are none, or not all of them (a file cut short, other tasks).
+    ``name``: another model's file (``supervised``: the validate phase's rollouts of the supervised adapter)."""
     from langgraph_evolver.types import read_jsonl
 
-    path = d / "before.jsonl"
+    path = d / f"{name}.jsonl"
     try:
         rows = list(read_jsonl(path, Trajectory)) if path.is_file() else []
     except (ValueError, TypeError, KeyError):  # a line cut short by the kill
         return None
     counts = Counter(row.task.id for row in rows)
-    return {"before": rows} if rows and counts == {t.id: k for t in tasks} else None
+    return {name: rows} if rows and counts == {t.id: k for t in tasks} else None
