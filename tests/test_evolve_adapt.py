@@ -618,3 +618,79 @@ def test_a_restarted_server_loads_the_adapters_again_and_rollouts_that_all_faile
         played.append([crashed, crashed, fine])
         with pytest.raises(PolicyEndpointError, match="2 of 3 rollouts of 'adapter-71d9cd' failed.*404"):
             run.rollouts([task], Path("/a"), k=3, seed=0)
+
+
+def test_a_killed_validate_phase_plays_again_only_the_model_it_had_not_finished(tmp_path):
+    """The validate phase plays the starting model, then the supervised adapter; killed between them (budget run
+    1, session 69: the OOM killer), the rerun reads back the model whose rollouts and seconds an episode it wrote,
+    and plays the other."""
+    from types import SimpleNamespace
+
+    from langgraph_evolver.types import Task, Trajectory, write_jsonl
+    from trainers.evolve import adapt
+
+    run = SimpleNamespace(args=SimpleNamespace(k=2, seed=7), played=[])
+    tasks = [Task(id=f"t{i}", query=f"q{i}") for i in range(3)]
+    split, d = tmp_path / "2-split", tmp_path / "5-validate"
+    split.mkdir()
+    d.mkdir()
+    write_jsonl(split / "validation.jsonl", tasks)
+    run.dir = lambda phase: {"split": split, "supervise": tmp_path / "4-supervise"}[phase]
+    run.model = lambda adapter: None
+
+    def rollouts(tasks, adapter, k, seed):
+        run.played.append(adapter)
+        return [Trajectory(id=f"{t.id}-{s}", task=t, reward=1.0 if adapter else 0.5, rollout_index=s)
+                for t in tasks for s in range(k)]  # fmt: skip
+
+    run.rollouts = rollouts
+    write_jsonl(d / "before.jsonl", rollouts(tasks, None, 2, 7))
+    run.played.clear()
+    (d / "episode_s.json").write_text(json.dumps({"before": 9.5}))
+    out = adapt._validate(run, d)
+    assert run.played == [tmp_path / "4-supervise" / "adapter"]  # the starting model was read back
+    assert out["before"] == 0.5 and out["supervised"] == 1.0 and out["before_episode_s"] == 9.5
+    assert json.loads((d / "episode_s.json").read_text()).keys() == {"before", "supervised"}
+    run.played.clear()
+    assert adapt._validate(run, d) == out and run.played == []  # both read back
+    (d / "episode_s.json").unlink()  # rollouts without their seconds (a phase from before session 69): played again
+    adapt._validate(run, d)
+    assert run.played == [None, tmp_path / "4-supervise" / "adapter"]
+
+
+@pytest.mark.slow
+def test_the_supervised_adapter_is_trained_in_a_child_process_whose_memory_goes_with_it(tmp_path):
+    """``train_lora_apart`` trains in a spawned child (the adapt process kept 16 GB after training in-process) and
+    gives back its figures and the saved adapter; a child that dies is a clear error, not a hang."""
+    import signal
+
+    from langgraph_evolver.errors import EvolverError
+    from trainers.evolve.adapt_data import train_lora, train_lora_apart
+
+    examples = [([5, 6, 7, 8, 9, 10], [-100, -100, 7, 8, 9, 10])] * 4
+    lora = {"lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
+    tiny = ROOT / "checkpoints" / "tiny-policy"
+    figures = train_lora_apart(tiny, examples, tmp_path / "a", seconds=60, lora=lora, max_steps=3, progress=False)
+    assert figures["steps"] == 3 and (tmp_path / "a" / "adapter_model.safetensors").is_file()
+    here = train_lora(tiny, examples, tmp_path / "b", seconds=60, lora=lora, max_steps=3, progress=False)
+    assert figures["loss"] == pytest.approx(here["loss"], rel=1e-4)  # the same training, in another process
+    with pytest.raises(EvolverError, match="training process died.*run the same command again"):
+        train_lora_apart(tiny, examples, tmp_path / "c", seconds=60, lora=lora, max_steps=3, progress=False,
+                         dtype=_KillSelf(signal.SIGKILL))  # fmt: skip
+
+
+class _KillSelf(str):
+    """A ``dtype`` that kills the process that reads it (a child the OOM killer takes, as it took budget run 1)."""
+
+    def __new__(cls, sig: int) -> _KillSelf:
+        made = super().__new__(cls, "auto")
+        made.sig = sig
+        return made
+
+    def __reduce__(self):
+        return (_kill_on_load, (self.sig,))
+
+
+def _kill_on_load(sig: int) -> str:
+    os.kill(os.getpid(), sig)
+    return "auto"

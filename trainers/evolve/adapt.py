@@ -387,7 +387,7 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     from langgraph_evolver.types import Trajectory, read_jsonl
     from trainers.models import resolve_model
 
-    from .adapt_data import supervised_examples, train_lora
+    from .adapt_data import supervised_examples, train_lora_apart
 
     model_path = resolve_model(run.args.model_path)
     tasks = tasks_file(run.dir("split") / "sft.jsonl")
@@ -401,9 +401,9 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
-    trained = train_lora(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
-                         max_steps=run.args.sft_steps, progress=not run.args.no_progress,
-                         dtype=run.args.train_dtype)  # fmt: skip
+    trained = train_lora_apart(model_path, examples, d / "adapter", seconds=run.budget_s("supervise"), lora=LORA,
+                               max_steps=run.args.sft_steps, progress=not run.args.no_progress,
+                               dtype=run.args.train_dtype)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
             "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
             "from_repeats": counts["repeat"], "skipped": counts["skipped"],
@@ -451,13 +451,21 @@ def _validate(run: Run, d: Path) -> dict[str, Any]:
 
     tasks = tasks_file(run.dir("split") / "validation.jsonl")
     k, out = run.args.k, {}
+    timings = d / "episode_s.json"  # each model's seconds an episode, beside its rollouts, for a resumed phase
+    seconds = json.loads(timings.read_text()) if timings.is_file() else {}
     for name, adapter in zip(VALIDATED, (None, run.dir("supervise") / "adapter"), strict=True):
-        run.model(adapter)
-        started = time.perf_counter()
-        played = run.rollouts(tasks, adapter, k=k, seed=run.args.seed)
-        write_jsonl(d / f"{name}.jsonl", played)
+        ran = played_before(d, tasks, k, name=name) if name in seconds else None  # a killed phase's, in full
+        if ran is None:
+            run.model(adapter)
+            started = time.perf_counter()
+            played = run.rollouts(tasks, adapter, k=k, seed=run.args.seed)
+            write_jsonl(d / f"{name}.jsonl", played)
+            seconds[name] = round((time.perf_counter() - started) / max(len(played), 1), 2)
+            timings.write_text(json.dumps(seconds))
+        else:
+            played = ran[name]
         out[name] = summarize(played, k)["all"][f"avg@{k}"]
-        out[f"{name}_episode_s"] = round((time.perf_counter() - started) / max(len(played), 1), 2)
+        out[f"{name}_episode_s"] = seconds[name]
     return {**out, "episodes": len(tasks) * k}
 
 

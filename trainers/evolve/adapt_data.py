@@ -32,7 +32,7 @@ from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Tra
 
 __all__ = ["PARTS", "confirmation", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes",
            "played_before", "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks",
-           "supervised_examples", "swap_values", "swapped_tasks", "train_lora"]  # fmt: skip
+           "supervised_examples", "swap_values", "swapped_tasks", "train_lora", "train_lora_apart"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
 
@@ -485,6 +485,27 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     return {"steps": step, "loss": round(sum(recent) / len(recent), 4) if recent else None,
             "seconds": round(time.perf_counter() - started, 1),
             "dtype": str(compute).removeprefix("torch.")}  # fmt: skip
+
+
+def train_lora_apart(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train_lora`` in a child process (spawned, killed with its parent): the training's memory goes back to the
+    system when it ends. In one process, budget run 1 (session 69) held 16 GB after its supervise phase (the
+    model, the optimizer, the allocator's peak of a batch's logits) and the OOM killer took it in the validate
+    phase; the rollouts that follow need about 0.5 GB."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from langgraph_evolver.errors import EvolverError
+    from trainers.evolve.train import _die_with_parent
+
+    context = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_die_with_parent) as pool:
+            return pool.submit(train_lora, *args, **kwargs).result()
+    except BrokenProcessPool as e:
+        raise EvolverError("the supervise phase's training process died before it saved the adapter (killed, or out "
+                           "of memory: see `dmesg`); run the same command again to redo the phase") from e  # fmt: skip
 
 
 def played_before(d: Path, tasks: Sequence[Task], k: int, name: str = "before") -> dict[str, list[Trajectory]] | None:
