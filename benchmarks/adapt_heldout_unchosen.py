@@ -9,7 +9,8 @@ supervised adapter when GRPO's was chosen, and the other way round) would have d
 which is how to tell GRPO that learns the synthesized tasks' wording from GRPO that learns the domain. The
 adapter plays the held-out tasks with the run's ``--k`` and seed (rollouts in ``unchosen.jsonl``); the paired
 bootstrap bounds it against the run's starting model and against the chosen adapter (the run's
-``before.jsonl`` and ``after.jsonl``). One JSON line at the end.
+``before.jsonl`` and ``after.jsonl``). One JSON line at the end. ``--adapter PATH`` plays that adapter instead
+(the B side of ``adapt_supervise_ab``: what the held-out tasks say of a change validation chose, for the record).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     replay_arguments(p, "where the unchosen adapter's rollouts go")
     p.add_argument("--heldout", required=True, help="the run's --heldout")
+    p.add_argument("--adapter", default=None, help="play this adapter instead of the unchosen one (an A/B's B side, "
+                   "adapt_supervise_ab's OUT/4-supervise/adapter)")  # fmt: skip
     args = p.parse_args(argv)
     started = time.perf_counter()
     src, out = Path(args.run), Path(args.out)
@@ -44,7 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
     if gate.get("chosen") not in ("supervised", "grpo"):
         p.error(f"{src}: the gate records no choice between two adapters")
     other = "grpo" if gate["chosen"] == "supervised" else "supervised"
-    if other == "supervised":
+    if args.adapter:
+        found, other = Path(args.adapter), args.adapter
+    elif other == "supervised":
         found = phase_dir(src, "supervise") / "adapter"
     else:
         found = Path(json.loads((phase_dir(src, "grpo") / "done.json").read_text())["adapter"] or "")
