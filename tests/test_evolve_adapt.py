@@ -665,15 +665,15 @@ def test_the_supervised_adapter_is_trained_in_a_child_process_whose_memory_goes_
     import signal
 
     from langgraph_evolver.errors import EvolverError
-    from trainers.evolve.adapt_data import train_lora, train_lora_apart
+    from trainers.evolve.adapt_data import train_lora_apart
 
     examples = [([5, 6, 7, 8, 9, 10], [-100, -100, 7, 8, 9, 10])] * 4
     lora = {"lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
     tiny = ROOT / "checkpoints" / "tiny-policy"
-    figures = train_lora_apart(tiny, examples, tmp_path / "a", seconds=60, lora=lora, max_steps=3, progress=False)
-    assert figures["steps"] == 3 and (tmp_path / "a" / "adapter_model.safetensors").is_file()
-    here = train_lora(tiny, examples, tmp_path / "b", seconds=60, lora=lora, max_steps=3, progress=False)
-    assert figures["loss"] == pytest.approx(here["loss"], rel=1e-4)  # the same training, in another process
+    figures = train_lora_apart(tiny, examples, tmp_path / "a", seconds=60, lora=lora, max_steps=3, progress=False,
+                               dtype="float32")  # fmt: skip
+    assert figures["steps"] == 3 and figures["dtype"] == "float32" and 0 < figures["loss"] < 100
+    assert (tmp_path / "a" / "adapter_model.safetensors").is_file() and not (tmp_path / "a.tmp").exists()
     with pytest.raises(EvolverError, match="training process died.*run the same command again"):
         train_lora_apart(tiny, examples, tmp_path / "c", seconds=60, lora=lora, max_steps=3, progress=False,
                          dtype=_KillSelf(signal.SIGKILL))  # fmt: skip

@@ -50,7 +50,7 @@ from typing import Any
 
 from langgraph_evolver.errors import ConfigError, EvolverError, PolicyEndpointError
 
-from .adapt_data import played_before
+from .adapt_data import played_before, replayed
 from .adapt_grpo import grpo_phase
 from .evaluation import grpo_config
 
@@ -446,26 +446,18 @@ def _validate(run: Run, d: Path) -> dict[str, Any]:
     """The starting model and the supervised adapter on the validation part, each timed per episode (the server's
     start and the adapter's load apart): the gate reads the rollouts back, and ``Run.gate_s`` predicts the GRPO
     adapter's from the supervised one's seconds."""
-    from langgraph_evolver.types import write_jsonl
     from trainers.evaluate import summarize
 
     tasks = tasks_file(run.dir("split") / "validation.jsonl")
     k, out = run.args.k, {}
-    timings = d / "episode_s.json"  # each model's seconds an episode, beside its rollouts, for a resumed phase
-    seconds = json.loads(timings.read_text()) if timings.is_file() else {}
+
+    def play(adapter: Path | None) -> list[Any]:
+        run.model(adapter)
+        return run.rollouts(tasks, adapter, k=k, seed=run.args.seed)
+
     for name, adapter in zip(VALIDATED, (None, run.dir("supervise") / "adapter"), strict=True):
-        ran = played_before(d, tasks, k, name=name) if name in seconds else None  # a killed phase's, in full
-        if ran is None:
-            run.model(adapter)
-            started = time.perf_counter()
-            played = run.rollouts(tasks, adapter, k=k, seed=run.args.seed)
-            write_jsonl(d / f"{name}.jsonl", played)
-            seconds[name] = round((time.perf_counter() - started) / max(len(played), 1), 2)
-            timings.write_text(json.dumps(seconds))
-        else:
-            played = ran[name]
+        played, out[f"{name}_episode_s"] = replayed(d, tasks, k, name, lambda: play(adapter))  # noqa: B023 - now
         out[name] = summarize(played, k)["all"][f"avg@{k}"]
-        out[f"{name}_episode_s"] = seconds[name]
     return {**out, "episodes": len(tasks) * k}
 
 

@@ -31,7 +31,7 @@ from langgraph_evolver.reference_scoring import expected_answer, folded
 from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, Trajectory
 
 __all__ = ["PARTS", "confirmation", "family", "final_answer", "first_call_chat", "mistake_chat", "mistakes",
-           "played_before", "recovery_chat", "reference_chat", "repeat_chat", "signature", "split_tasks",
+           "played_before", "recovery_chat", "reference_chat", "repeat_chat", "replayed", "signature", "split_tasks",
            "supervised_examples", "swap_values", "swapped_tasks", "train_lora", "train_lora_apart"]  # fmt: skip
 
 PARTS = ("sft", "rl", "validation")
@@ -485,6 +485,28 @@ def train_lora(model_path: Path, examples: list[tuple[list[int], list[int]]], ou
     return {"steps": step, "loss": round(sum(recent) / len(recent), 4) if recent else None,
             "seconds": round(time.perf_counter() - started, 1),
             "dtype": str(compute).removeprefix("torch.")}  # fmt: skip
+
+
+def replayed(d: Path, tasks: Sequence[Task], k: int, name: str,
+             play: Callable[[], list[Trajectory]]) -> tuple[list[Trajectory], float]:  # fmt: skip
+    """``name``'s k rollouts of each of ``tasks`` and its seconds an episode: read back from ``d/<name>.jsonl`` when
+    a killed phase wrote them in full and their seconds (``d/episode_s.json``), else played (``play``), written
+    and timed. The validate phase's: budget run 1 (session 69) was killed between its two models."""
+    import time
+
+    from langgraph_evolver.types import write_jsonl
+
+    timings = d / "episode_s.json"
+    seconds = json.loads(timings.read_text()) if timings.is_file() else {}
+    ran = played_before(d, tasks, k, name=name) if name in seconds else None
+    if ran is not None:
+        return ran[name], seconds[name]
+    started = time.perf_counter()
+    played = play()
+    write_jsonl(d / f"{name}.jsonl", played)
+    seconds[name] = round((time.perf_counter() - started) / max(len(played), 1), 2)
+    timings.write_text(json.dumps(seconds))
+    return played, seconds[name]
 
 
 def train_lora_apart(*args: Any, **kwargs: Any) -> dict[str, Any]:
