@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict:
     from trainers.evolve.adapt import LORA, tasks_file
     from trainers.evolve.adapt_data import supervised_examples
     from trainers.models import resolve_model
-    from trainers.shared_prefix import shared_prefix_length, shared_prefix_loss
+    from trainers.shared_prefix import batch_loss, shared_prefix_length
     from trainers.tiny import padded_batches
     from trainers.train_precision import precision_context, resolve_train_dtype
 
@@ -55,13 +55,9 @@ def main(argv: list[str] | None = None) -> dict:
     batches = padded_batches(examples, 4, tokenizer.pad_token_id, random.Random(0))
 
     def timed(batch, share: bool) -> tuple[float, float]:
-        ids, labels, mask = batch
         started = time.perf_counter()
         with precision_context(dtype):
-            if share:
-                loss = shared_prefix_loss(model, ids, labels, mask, shared_prefix_length(ids, labels, mask))
-            else:
-                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss = batch_loss(model, *batch, share_prefix=share)  # what adapt's supervised step computes
         loss.backward()
         model.zero_grad(set_to_none=True)
         return time.perf_counter() - started, loss.item()

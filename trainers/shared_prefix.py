@@ -7,7 +7,8 @@ repeated for each row before the rest of each row runs over them. The loss and t
 ordinary forward (the opening's states do not depend on what follows it under causal attention, and autograd sums
 each row's share back into the one computation); only the order of float additions differs.
 
-Used by ``trainers.tiny.supervised_step(..., share_prefix=True)`` for ``trainers.evolve adapt``'s supervise phase.
+Used through ``batch_loss`` by ``trainers.tiny.supervised_step(..., share_prefix=True)`` for ``trainers.evolve
+adapt``'s supervise phase.
 ``python -m benchmarks.supervise_shared_prefix`` measures it against the ordinary step on one batch of real chats.
 """
 
@@ -56,3 +57,12 @@ def shared_prefix_loss(model: Any, ids: Any, labels: Any, mask: Any, prefix: int
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100,
                             reduction="sum")  # fmt: skip
     return total / (targets != -100).sum().clamp(min=1)
+
+
+def batch_loss(model: Any, ids: Any, labels: Any, mask: Any, share_prefix: bool = True) -> Any:
+    """A ``padded_batches`` batch's causal LM loss: with ``share_prefix`` its shared untrained opening runs once
+    where it is ``MIN_SHARED`` tokens or more (``shared_prefix_loss``), else the ordinary forward."""
+    prefix = shared_prefix_length(ids, labels, mask) if share_prefix else 0
+    if prefix >= MIN_SHARED:
+        return shared_prefix_loss(model, ids, labels, mask, prefix)
+    return model(input_ids=ids, attention_mask=mask, labels=labels).loss

@@ -434,16 +434,11 @@ def supervised_step(model: Any, opt: Any, params: Any, batch: tuple[Any, Any, An
     ``trainers.evolve adapt``."""
     import torch
 
-    from .shared_prefix import MIN_SHARED, shared_prefix_length, shared_prefix_loss
+    from .shared_prefix import batch_loss
     from .train_precision import precision_context
 
-    ids, labels, mask = batch
-    prefix = shared_prefix_length(ids, labels, mask) if share_prefix else 0
     with precision_context(dtype):
-        if prefix >= MIN_SHARED:
-            loss = shared_prefix_loss(model, ids, labels, mask, prefix)
-        else:
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss = batch_loss(model, *batch, share_prefix=share_prefix)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
