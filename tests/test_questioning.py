@@ -521,6 +521,15 @@ def test_a_record_with_neither_name_nor_owner_goes_by_its_text_label(unfiltered)
     states = [{"ticket_id": 1, "state": "in progress"}, {"ticket_id": 2, "state": "in progress"}]
     assert record_names([seen(states)]) == {}
     assert record_names([seen([{"ticket_id": 3, "note": "Called back, no answer.", "due": "2026-12-01"}])]) == {}
+    # a record that refers to another (its first id is its own) goes by the first of its labels no other has:
+    # two transactions from one payee by their descriptions, a payee's only one by the payee
+    paid = [
+        {"transaction_id": "tx-1", "account_id": "chk", "payee": "Fresh Mart", "description": "Weekly shop"},
+        {"transaction_id": "tx-2", "account_id": "chk", "payee": "Fresh Mart", "description": "Party food"},
+        {"transaction_id": "tx-3", "account_id": "chk", "payee": "City Transit", "description": "Weekly shop"},
+    ]
+    assert record_names([seen(paid)]) == {"tx-2": "Party food", "tx-3": "City Transit"}
+    assert record_names([seen(paid)])["tx-2"].phrase == "the transaction 'Party food'"
 
 
 def _loans_returned(*loans: tuple[str, str, str]):

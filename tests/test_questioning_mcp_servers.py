@@ -419,6 +419,32 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
     assert asked == {"How many copies of Beloved are on the shelf?", "How many of Beloved are available?"}
 
 
+def test_a_record_is_not_asked_for_by_the_name_of_a_record_it_refers_to():
+    """A transaction row holds its account's id, and that id is named ("Main checking"): the row is not the
+    account, so no question asks "What is Main checking's amount?" of it (budget run 1 made five such, each
+    answered by one transaction's value). The account's own row is asked by its name."""
+    from langgraph_evolver.questioning.facts import fact_questions
+    from langgraph_evolver.questioning.wording import record_names
+    from langgraph_evolver.types import ToolObservation
+
+    def pair(name: str, arguments: dict[str, Any], result: Any) -> tuple[ToolCall, ToolObservation]:
+        return ToolCall(name=name, arguments=arguments), ToolObservation(call_id="", name=name,
+                                                                         content=json.dumps(result))  # fmt: skip
+
+    pairs = [pair("list_accounts", {}, [{"account_id": "chk", "name": "Main checking", "balance": 120.5}]),
+             pair("list_transactions", {}, [{"transaction_id": "tx-1", "account_id": "chk", "amount": -9.4,
+                                             "date": "2026-11-03"}])]  # fmt: skip
+    names = record_names([obs for _, obs in pairs])
+    assert names == {"chk": "Main checking"}
+
+    def find(value: str, name: str, _key: str | None = None) -> ToolCall | None:
+        return ToolCall(name="list_accounts", arguments={})
+
+    facts = fact_questions(pairs, names, lambda n: False, find, seed=0, id_share=0.0)
+    assert [(f.field, f.answer) for f in facts] == [("balance", "120.5")], facts
+    assert "Main checking" in facts[0].query
+
+
 def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():
     """A shipment has no name: its owner's only shipment is "Jonas Weber's shipment" (the lookup by recipient,
     then the read); one of a person with two goes by the tracking number the read took ("the status of
@@ -493,6 +519,45 @@ def test_a_table_s_rows_are_records_asked_for_by_their_label():
     task = Task(id="t", query=rent.query, env=spec("sheets.py"), reference_solution=rent.reference,
                 source="synthetic", metadata={"answer": rent.answer, "fact": rent.field})  # fmt: skip
     assert check_feasibility(task, lambda t: load_environment(t.env))[0] is None
+
+
+def test_a_result_s_list_of_records_with_no_id_gives_questions_by_their_label():
+    """A month's status holds a list of records with no id ({"category": "dining", "spent": 20.6, ...}): each
+    goes by its label column and gives a question scoped by the read's arguments, answered by that read alone
+    ("What is the spent of dining for month 2026-11?"). A list of records with ids is ``fact_questions``'s, and
+    records of different shapes are no list of records."""
+    from langgraph_evolver.questioning.facts import record_rows, table_facts
+    from langgraph_evolver.types import ToolObservation
+
+    status = {"month": "2026-11", "budgets": [{"category": "dining", "limit": 40, "spent": 20.6, "over": False},
+                                              {"category": "rent", "limit": 1200, "spent": 1150, "over": False}],
+              "total_spent": 1170.6}  # fmt: skip
+    call = ToolCall(name="budget_status", arguments={"month": "2026-11"})
+    facts = table_facts([(call, ToolObservation(call_id="", name=call.name, content=json.dumps(status)))],
+                        lambda n: False, seed=0)  # fmt: skip
+    assert len(facts) == 2 and all(f.reference == (call,) and f.resolves == [] for f in facts), facts
+    by_label = {f.field.split(" of ")[1]: f for f in facts}
+    dining = by_label["dining"]
+    assert (dining.field.split(" of ")[0], dining.answer) in {("limit", "40"), ("spent", "20.6")}  # never a bool
+    assert "dining" in dining.query and "for month 2026-11" in dining.query and "rent" not in dining.query
+    assert all("for month 2026-11" in other for other in dining.alternates)
+    assert record_rows([{"id": 1, "n": "a b"}, {"id": 2, "n": "c d"}]) == []  # records with ids
+    # a search's rows are asked once each, found by a search for their label, not for what the explorer typed
+    payees = [{"payee": "Fresh Mart", "usual": "groceries"}, {"payee": "City Transit", "usual": "transport"}]
+    searched = [
+        (
+            ToolCall(name="find_payee", arguments={"text": t}),
+            ToolObservation(call_id="", name="find_payee", content=json.dumps(payees)),
+        )
+        for t in ("a", "t")
+    ]
+    asked = table_facts(searched, lambda n: False, seed=0)
+    assert sorted((f.reference[0].arguments["text"], f.answer) for f in asked) == [
+        ("City Transit", "transport"),
+        ("Fresh Mart", "groceries"),
+    ], asked
+    assert all("text" not in f.query and "'a'" not in f.query for f in asked), asked
+    assert record_rows([{"a": 1}, {"b": 2}]) == [] and record_rows({"rows": [{"a": 1}]}) == []
 
 
 @pytest.mark.timeout(300)

@@ -30,10 +30,10 @@ from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .profile import singular, tool_entity
-from .wording import NAME_KEYS, Owned, Titled, arg_noun, id_argument, id_values, quotes, shown_value
+from .wording import NAME_KEYS, Owned, Titled, arg_noun, id_argument, id_values, quotes, searches, shown_value
 
-__all__ = ["FACT_KEY", "ID_SHARE", "PER_RECORD", "Fact", "fact_questions", "field_phrases", "table_facts",
-           "table_rows"]  # fmt: skip
+__all__ = ["FACT_KEY", "ID_SHARE", "PER_RECORD", "Fact", "fact_questions", "field_phrases", "record_rows",
+           "table_facts", "table_rows"]  # fmt: skip
 
 FACT_KEY = "fact"
 """``task.metadata`` key of a fact question: the field it asks for (the filter checks a read returns the answer)."""
@@ -203,9 +203,10 @@ def fact_questions(
         needs = {str(v) for k, v in args.items() if id_argument(k)}
         for record in _top_records(obs.content):
             ids = id_values(record)
-            value = next((i for i in ids if i in records or i in owners), None)
+            value = next((i for i in ids if _goes_by(record, records.get(i) or owners.get(i, ("", ""))[1])), None)
             if value is None:  # neither named nor owned: by the id the read took
-                value = next((i for i in ids if needs == {i}), None)
+                # its own id (its first): a transaction's account_id is not the transaction
+                value = ids[0] if ids and needs == {ids[0]} else None
                 if value is None:
                     continue
                 fields = sorted(_fields(record, value))
@@ -230,10 +231,11 @@ def fact_questions(
                 continue
             # the lookup, then the read when it needs the id (a search or listing shows the field itself)
             reference = (call,) if lookup is None else (lookup, call) if needs else (lookup,)
-            entity = tool_entity(lookup.name if lookup is not None else call.name).replace("_", " ")
+            # what the record is: the read's when it took the id (a listing of transactions finds an account's id)
+            entity = tool_entity(lookup.name if lookup is not None and not needs else call.name).replace("_", " ")
             resolves = [] if lookup is None else [[0, value]]
-            described = (descriptions or {}).get(call.name, "")
-            phrases = field_phrases(described, list(record), tool_entity(call.name)) if described else {}
+            description = (descriptions or {}).get(call.name, "")
+            phrases = field_phrases(description, list(record), tool_entity(call.name)) if description else {}
             for field, answer in rng.sample(fields, min(per_record, len(fields))):
                 if (value, field) in seen:
                     continue
@@ -255,6 +257,13 @@ def fact_questions(
                 others = _alternates(query, _ID_TEMPLATES, {"name": name, "entity": entity})
                 out.append(Fact(query, (lookup,), value, "id", resolves, others))
     return out
+
+
+def _goes_by(record: dict[str, Any], name: str) -> bool:
+    """Whether ``record`` holds ``name`` (its own name, owner or text label), so a question may name it by that:
+    a transaction row's ``account_id`` is named "Main checking", which is the account's name, not the row's
+    (budget run 1 asked "What is Main checking's amount?", answered by one transaction's amount)."""
+    return bool(name) and any(isinstance(v, str) and v.strip() == str(name) for v in record.values())
 
 
 def _id_named(args: dict[str, Any], value: str) -> str:
@@ -312,33 +321,79 @@ def _label_column(rows: list[dict[str, Any]]) -> str | None:
     return (named or plain)[0] if named or plain else None
 
 
+def record_rows(value: Any) -> list[list[dict[str, Any]]]:
+    """The lists of records with no id a result holds, at its top or under one of its keys (a month's
+    ``{"month": "2026-11", "budgets": [{"category": "dining", "limit": 40, "spent": 20.6}, ...]}``): two or more
+    objects with the same keys, none of which is an id (records with ids are asked for by ``fact_questions``)."""
+    lists = [value] if isinstance(value, list) else [v for v in value.values() if isinstance(v, list)] \
+        if isinstance(value, dict) else []  # fmt: skip
+    out = []
+    for rows in lists:
+        if len(rows) < 2 or not all(isinstance(r, dict) and r for r in rows):
+            continue
+        if len({tuple(r) for r in rows}) == 1 and not any(id_argument(str(k)) for k in rows[0]):
+            out.append(rows)
+    return out
+
+
 def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Callable[[str], bool], *,
                 seed: int = 0) -> list[Fact]:  # fmt: skip
-    """Fact questions from the tables the successful reads returned (``table_rows``): per row, one of its plain
-    fields (drawn with ``seed``) asked for by the row's label, answered by the read alone, which the request
-    names (``_where``: the read's arguments, as a request shows them)."""
+    """Fact questions from the tables the successful reads returned (``table_rows``) and their lists of records
+    with no id (``record_rows``): per row, one of its plain fields (drawn with ``seed``) asked for by the row's
+    label, answered by the read alone, which the request names (a table's: ``_where``, the read's arguments as a
+    request shows them; a record list's: "for" them, "What is the spent of dining for month 2026-11?"). A record
+    list a search returned is asked once a row, the search's text set to the row's label."""
     rng = random.Random(seed)
     out: list[Fact] = []
+    seen: set[tuple[str, str, str]] = set()  # a record list's rows asked once a trajectory: the read, scope, label
     for call, obs in pairs:
         if writes(call.name) or obs.is_error:
             continue
-        rows = table_rows(read_result(obs.content))
-        key = _label_column(rows) if rows else None
-        if key is None:
-            continue
-        where = _where(call, quote=quotes(f"{seed}-{call.arguments}"))
-        for row in rows:
-            label = row[key].strip()
-            fields = sorted(_fields(row, label))
-            if not fields:
+        value = read_result(obs.content)
+        quote = quotes(f"{seed}-{call.arguments}")
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        search = next((k for k, v in args.items() if isinstance(v, str) and searches(k)), None)
+        scoped = ToolCall(name=call.name, arguments={k: v for k, v in args.items() if k != search})
+        tables: list[tuple[list[dict[str, Any]], str, str, str | None, bool]] = [
+            (rows, _where(call, quote=quote), "", None, False) for rows in [table_rows(value)] if rows
+        ]
+        tables += [(rows, "", _for(scoped, quote=quote), search, True) for rows in record_rows(value)]
+        for rows, where, scope, search, listed in tables:
+            key = _label_column(rows)
+            if key is None:
                 continue
-            field, answer = rng.choice(fields)
-            shown = {"name": label, "field": field}
-            query = f"{rng.choice(_PLAIN).format(**shown)} {where}".rstrip()
-            others = tuple(f"{t} {where}".rstrip() for t in _alternates(query.removesuffix(where).rstrip(),
-                                                                       _PLAIN, shown))  # fmt: skip
-            out.append(Fact(query, (call,), answer, f"{field} of {label}", [], others))
+            for row in rows:
+                label = row[key].strip()
+                fields = sorted(_fields(row, label))
+                if not fields or listed and (call.name, scope, label) in seen:
+                    continue
+                seen.add((call.name, scope, label))
+                # a search's row is found by its label ("What is the usual category of FreshMart?": the search
+                # for "FreshMart"), not by the text the exploration happened to search for ("a")
+                read = call
+                if listed and search is not None:
+                    read = ToolCall(name=call.name, arguments={**args, search: label})
+                field, answer = rng.choice(fields)
+                shown = {"name": label, "field": field.replace("_", " ")}
+
+                def asked(text: str, where: str = where, scope: str = scope) -> str:
+                    return f"{text[:-1]}{scope}{text[-1]} {where}".rstrip()
+
+                counted = _count_template(field, answer) if listed else None  # "How many rows does Budget have?"
+                base = (counted or rng.choice(_PLAIN)).format(**shown)
+                templates = (counted,) if counted else _PLAIN
+                query, others = asked(base), tuple(asked(t) for t in _alternates(base, templates, shown))
+                out.append(Fact(query, (read,), answer, f"{field} of {label}", [], others))
     return out
+
+
+def _for(call: ToolCall, *, quote: bool = True) -> str:
+    """The read's arguments as a request scopes a question with them (" for month 2026-11"), or nothing."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    shown = [
+        f"{arg_noun(k)} {shown_value(k, v, {}, quote=quote)}" for k, v in args.items() if v not in ("", None, [], {})
+    ]
+    return f" for {' and '.join(shown)}" if shown else ""
 
 
 def _where(call: ToolCall, *, quote: bool = True) -> str:

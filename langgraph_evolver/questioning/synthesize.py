@@ -34,6 +34,7 @@ from .phrasings import PHRASINGS_KEY, alternates
 from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
 from .wording import (
     Owned,
+    Titled,
     arg_noun,
     describe_with_descriptions,
     id_argument,
@@ -41,6 +42,7 @@ from .wording import (
     record_labels,
     record_names,
     record_owners,
+    searches,
 )
 
 __all__ = ["INTENTS_KEY", "MULTI_SHARE", "NAMED_SHARE", "RESOLVES_KEY", "SYNTHESIZER_NAME", "Describer", "asks_several",
@@ -216,7 +218,6 @@ def _sample(tasks: list[Task], n: int, seed: int) -> list[Task]:
 RESOLVES_KEY = "resolves"
 """``task.metadata`` key of a task that names records instead of giving their ids: ``[[i, id], ...]``, reference
 call ``i`` is the lookup that finds ``id`` (feasibility checks that its replayed result holds that id)."""
-_SEARCH_ARGS = ("query", "q", "name", "title", "search", "text", "term", "keyword")
 
 
 def _lookup_for(
@@ -233,7 +234,8 @@ def _lookup_for(
     one filtered by a field of its records (``list_tickets(status="open")``: ``status`` is no search text). A
     record named by its owner (``field``: the key that holds them, ``recipient``) is found by that argument on a
     tool that showed it (``list_shipments(recipient="Jonas Weber")``), else by a listing that shows the owner's name
-    (``list_tickets()`` listing no assignee finds no "alex's ticket"), never by free text."""
+    (``list_tickets()`` listing no assignee finds no "alex's ticket"), never by free text. A read that shows the
+    id but not the name (transactions, each with its ``account_id``) finds no account by its name."""
     listing, filtered = None, False
     if field is not None:  # a filter by owner on a tool that showed the record: list_shipments(recipient=...)
         showed = {c.name for (c, _), seen in zip(pairs, shown, strict=True) if value in seen.ids}
@@ -248,12 +250,16 @@ def _lookup_for(
             continue
         if seen.names.count(name) > 1:  # two records answer to that name here
             continue
+        if field is None and name not in seen.names:  # it shows the id, not the name (a transaction's account)
+            continue
         text = [k for k, v in args.items() if isinstance(v, str)]
         plain = text if field is not None else [k for k in text if not re.search(rf'"{re.escape(k)}"\s*:', obs.content)]
         if field is not None:
             key = field if field in text else None
         else:  # a text argument its records hold as a field (status="open") filters, it searches nothing
-            key = next((k for k in text if any(w in k.lower() for w in _SEARCH_ARGS)), plain[0] if plain else None)
+            key = next((k for k in text if searches(k)), plain[0] if plain else None)
+        if key is not None and isinstance(name, Titled) and str(args[key]).lower() not in name.lower():
+            key = None  # a search that found it by another field (a payee's) does not find it by its label
         if key is not None:
             return ToolCall(name=call.name, arguments={**args, key: name})
         if not plain and (field is None or name in str(obs.content)):  # it shows the owner
@@ -289,9 +295,8 @@ def _reached(
             continue
         lookup = _lookup_for(pairs, shown, ids[0], owner, writes)
         if lookup is not None:
-            return [(lookup, ids[0]), (ToolCall(name=call.name, arguments=dict(call.arguments)), value)], Owned(
-                owner, noun, of=name
-            )
+            read = ToolCall(name=call.name, arguments=dict(call.arguments) if isinstance(call.arguments, dict) else {})
+            return [(lookup, ids[0]), (read, value)], Owned(owner, noun, of=name)
     return None
 
 

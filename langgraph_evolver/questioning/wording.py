@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import random
 import re
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +65,7 @@ __all__ = [
     "quotes",
     "record_ids",
     "record_labels",
+    "searches",
     "record_names",
     "record_owners",
     "shown_value",
@@ -97,7 +97,7 @@ class Owned(str):
 
 
 class Titled(str):
-    """A record's text label (``_text_label``: a ticket's subject), with ``noun``, what the record is: a request
+    """A record's text label (``_text_labels``: a ticket's subject), with ``noun``, what the record is: a request
     names it as people do, "the ticket 'CSV export times out'" (``phrase``), where a name stands alone."""
 
     noun: str
@@ -131,12 +131,24 @@ def quotes(key: object, share: float = QUOTED) -> bool:
 
 
 def _first_clause(description: str) -> str:
-    """The description's first clause: up to the first sentence end, ``;``, ``e.g.`` or parenthesis."""
+    """The description's first clause: up to the first sentence end, ``;``, ``e.g.`` or parenthesis; past a
+    parenthesis that cuts a possessive from its noun ("A month's (YYYY-MM) spending per category" is "A month's
+    spending per category": "tell me the month 2026-11's" asks for nothing)."""
     text = " ".join(description.strip().split())
-    text = re.split(
-        r"(?<=[a-z0-9)])\.(?:\s|$)|;|\s\(|,?\s+e\.g\.|\n|:\s|,\s+(?:optionally|if|or|unless)\b", text, maxsplit=1
-    )[0]
-    return text.strip().rstrip(".,")
+    cut = r"(?<=[a-z0-9)])\.(?:\s|$)|;|\s\(|,?\s+e\.g\.|\n|:\s|,\s+(?:optionally|if|or|unless)\b"
+    first = re.split(cut, text, maxsplit=1)[0]
+    if first.endswith("'s"):
+        first = re.split(cut, re.sub(r"\s\([^()]*\)", "", text), maxsplit=1)[0]
+    return first.strip().rstrip(".,")
+
+
+SEARCH_ARGS = ("query", "q", "name", "title", "search", "text", "term", "keyword")
+"""Words of an argument's name that make it the free text a search matches (``find_payee(text=...)``)."""
+
+
+def searches(arg: str) -> bool:
+    """Whether an argument is a search's free text by its name (``query``, ``text``, ``name_contains``)."""
+    return any(w in arg.lower() for w in SEARCH_ARGS)
 
 
 def id_argument(arg: str) -> bool:
@@ -264,41 +276,51 @@ def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, s
 
 def record_names(observations: Sequence[ToolObservation]) -> dict[str, str]:
     """The names the world's records give their ids: ``{"D1": "Dr Ana Ruiz"}`` from ``{"id": "D1", "name": ...}``;
-    a record with neither a name nor an owner goes by its text label (``_text_label``: a ticket's subject) when no
-    other record has that text (two tickets "in progress" have a state, not a name)."""
+    a record with neither a name nor an owner goes by its text label (``_text_labels``: a ticket's subject, a
+    transaction's description), the first of its labels no other record holds (two tickets "in progress" have a
+    state, not a name; four transactions from "FreshMart" are told apart by their description; a payee's one
+    transaction is not named by the payee, which is the payee record's name too)."""
     out: dict[str, str] = {}
-    labelled: dict[str, str] = {}
-    for record in _records(observations):
+    labelled: dict[str, list[Titled]] = {}
+    holders: dict[str, set[str]] = {}  # a text, and the records that hold it (by their own id, else by position)
+    for n, record in enumerate(_records(observations)):
+        own = (id_values(record) or [f"#{n}"])[0]
+        for value in record.values():
+            if isinstance(value, str):
+                holders.setdefault(value.strip(), set()).add(own)
         if (name := _name(record)) is not None:
             for value in id_values(record):
                 out.setdefault(value, name)
-        elif (label := _text_label(record)) is not None:
+        elif labels := _text_labels(record):
             key = next(str(k) for k in record if id_argument(str(k)))
-            labelled.setdefault(id_values(record)[0], Titled(label, "" if key == "id" else arg_noun(key)))
-    shared = Counter(labelled.values())
-    for value, label in labelled.items():
-        if shared[label] == 1:
+            noun = "" if key == "id" else arg_noun(key)
+            labelled.setdefault(id_values(record)[0], [Titled(label, noun) for label in labels])
+    for value, titled in labelled.items():  # a text another record holds names that one, or both
+        if (label := next((t for t in titled if holders[t] == {value}), None)) is not None:
             out.setdefault(value, label)
     return out
 
 
 _LABEL_WORDS = (2, 8)
-"""How many words a record's text label has (``_text_label``): one word is a state or a kind ("open"), more than
+"""How many words a record's text label has (``_text_labels``): one word is a state or a kind ("open"), more than
 eight a sentence."""
 
 
-def _text_label(record: Mapping[str, Any]) -> str | None:
-    """What a record with one id and neither a name nor an owner goes by, as people name it: its first field of a
-    few plain words (``{"ticket_id": 104, "subject": "CSV export times out", "status": "open"}`` -> the subject),
-    not an id, a number, a date, an address or a sentence (no digit, no ``@``, ``/`` or sentence punctuation)."""
-    if _name(record) is not None or _owner(record) is not None or len(id_values(record)) != 1:
-        return None
+def _text_labels(record: Mapping[str, Any]) -> list[str]:
+    """What a record with an id and neither a name nor an owner may go by, as people name it, in its fields'
+    order: its fields of a few plain words (``{"ticket_id": 104, "subject": "CSV export times out", "status":
+    "open"}`` -> the subject; a transaction's payee, then its description), not an id, a number, a date, an
+    address or a sentence (no digit, no ``@``, ``/`` or sentence punctuation). Its first id is its own, the others
+    the records it refers to (a transaction's ``account_id``)."""
+    if _name(record) is not None or _owner(record) is not None or not id_values(record):
+        return []
+    labels = []
     for key, value in record.items():
         if not isinstance(value, str) or id_argument(str(key)) or re.search(r"[\d@/.,;:!?]", value):
             continue
         if _LABEL_WORDS[0] <= len(value.split()) <= _LABEL_WORDS[1]:
-            return value.strip()
-    return None
+            labels.append(value.strip())
+    return labels
 
 
 def _name(record: Mapping[str, Any]) -> str | None:
@@ -323,8 +345,8 @@ def record_labels(observations: Sequence[ToolObservation]) -> list[str]:
         name, key = _name(record), _owner(record)
         if name or key is not None:
             out.append(name or record[str(key)].strip())
-        elif (label := _text_label(record)) is not None:
-            out.append(label)
+        else:
+            out.extend(_text_labels(record))
     return out
 
 
