@@ -445,6 +445,30 @@ def test_a_record_is_not_asked_for_by_the_name_of_a_record_it_refers_to():
     assert "Main checking" in facts[0].query
 
 
+def test_a_record_s_own_read_is_asked_for_by_its_owner_where_that_read_does_not_show_the_owner():
+    """``track`` shows a shipment's status, not its recipient: its own id (the first) still goes by the owner a
+    listing showed ("What is the status of Jonas Weber's shipment?", the lookup then the read). Session 70's check
+    that a record holds the name it is asked by had dropped these (shipping: 42 named candidates, old code 47)."""
+    from langgraph_evolver.questioning.facts import fact_questions
+    from langgraph_evolver.types import ToolObservation
+
+    def pair(name: str, arguments: dict[str, Any], result: Any) -> tuple[ToolCall, ToolObservation]:
+        return ToolCall(name=name, arguments=arguments), ToolObservation(call_id="", name=name,
+                                                                         content=json.dumps(result))  # fmt: skip
+
+    pairs = [pair("list_shipments", {"recipient": ""}, [{"tracking_number": "TRK3", "recipient": "Jonas Weber"}]),
+             pair("track", {"tracking_number": "TRK3"}, {"tracking_number": "TRK3", "status": "created"})]
+
+    def find(value: str, name: str, key: str | None) -> ToolCall | None:
+        return ToolCall(name="list_shipments", arguments={key: name}) if key else None
+
+    facts = fact_questions(pairs[1:], {}, lambda n: False, find, owners={"TRK3": ("recipient", "Jonas Weber")},
+                           seed=0)  # fmt: skip
+    assert [(f.field, f.answer) for f in facts] == [("status", "created")], facts
+    assert "Jonas Weber's shipment" in facts[0].query and "TRK3" not in facts[0].query, facts
+    assert facts[0].reference == (ToolCall(name="list_shipments", arguments={"recipient": "Jonas Weber"}), pairs[1][0])
+
+
 def test_a_record_with_no_name_is_asked_as_a_fact_by_its_owner_or_by_the_id_its_read_took():
     """A shipment has no name: its owner's only shipment is "Jonas Weber's shipment" (the lookup by recipient,
     then the read); one of a person with two goes by the tracking number the read took ("the status of

@@ -203,7 +203,10 @@ def fact_questions(
         needs = {str(v) for k, v in args.items() if id_argument(k)}
         for record in _top_records(obs.content):
             ids = id_values(record)
-            value = next((i for i in ids if _goes_by(record, records.get(i) or owners.get(i, ("", ""))[1])), None)
+            # its own id (its first) by its name or owner even where this read shows neither (a shipment's
+            # ``track``); an id it refers to only by a name it holds (a transaction row's account_id is no name)
+            value = next((i for n, i in enumerate(ids) if (i in records or i in owners) and (
+                n == 0 or _goes_by(record, records.get(i) or owners.get(i, ("", ""))[1]))), None)  # fmt: skip
             if value is None:  # neither named nor owned: by the id the read took
                 # its own id (its first): a transaction's account_id is not the transaction
                 value = ids[0] if ids and needs == {ids[0]} else None
