@@ -11,6 +11,8 @@ import pytest
 PACKAGES = [
     "langgraph_evolver.attribution",
     "langgraph_evolver.questioning",
+    "langgraph_evolver.questioning.facts",  # how facts are asked (field_words, _count_template)
+    "langgraph_evolver.questioning.wording",  # how calls are worded (_choose)
     "langgraph_evolver.experience",
     "langgraph_evolver.context",
     "langgraph_evolver.ingest",

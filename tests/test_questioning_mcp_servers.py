@@ -267,6 +267,11 @@ def test_requests_are_worded_from_descriptions_and_records_not_tool_names():
     assert clause(ToolCall(name="search_categories", arguments={"query": "", "status": ""}), "Categories.", {}) == (
         "tell me all the categories"
     )
+    status = ToolCall(name="set_status", arguments={"work_order_id": "wo_7a", "status": "done"})  # one of the choices
+    moved = "Move a work order to open, in_progress, waiting_parts or done; answers with one line."
+    assert clause(status, moved, {}, quote=False) == "move work order wo_7a to done"  # not "... or done with status"
+    plate = ToolCall(name="get_vehicle", arguments={"plate": "GMT509"})  # the value after the noun's head word
+    assert clause(plate, "A vehicle by its plate number.", {}) == "tell me a vehicle by plate number GMT509"
     info = ToolCall(name="zone_info", arguments={"zone": "old town"})
     assert clause(info, "Fee per month, permit cap and streets for one zone.", {}) == (
         "tell me the fee per month, permit cap and streets for zone 'old town'"
@@ -456,8 +461,10 @@ def test_a_record_s_own_read_is_asked_for_by_its_owner_where_that_read_does_not_
         return ToolCall(name=name, arguments=arguments), ToolObservation(call_id="", name=name,
                                                                          content=json.dumps(result))  # fmt: skip
 
-    pairs = [pair("list_shipments", {"recipient": ""}, [{"tracking_number": "TRK3", "recipient": "Jonas Weber"}]),
-             pair("track", {"tracking_number": "TRK3"}, {"tracking_number": "TRK3", "status": "created"})]
+    pairs = [
+        pair("list_shipments", {"recipient": ""}, [{"tracking_number": "TRK3", "recipient": "Jonas Weber"}]),
+        pair("track", {"tracking_number": "TRK3"}, {"tracking_number": "TRK3", "status": "created"}),
+    ]
 
     def find(value: str, name: str, key: str | None) -> ToolCall | None:
         return ToolCall(name="list_shipments", arguments={key: name}) if key else None

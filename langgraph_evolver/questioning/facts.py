@@ -86,6 +86,24 @@ def _fields(record: dict[str, Any], name: str) -> Iterator[tuple[str, str]]:
                 yield key, value.strip()
 
 
+_UNITS = frozenset(
+    "cents pence usd eur gbp kg g lb lbs oz km mi m cm mm ml l pct ms secs mins hrs kb mb gb kwh".split()
+)
+"""Units a field's name ends with (``price_cents``, ``weight_kg``): a measure's, not a count's."""
+
+
+def field_words(field: str) -> str:
+    """How a question names a field: its words, a trailing unit after "in" ("price in cents", not "price cents").
+
+    >>> field_words("price_cents"), field_words("weight_kg"), field_words("copies_available"), field_words("kg")
+    ('price in cents', 'weight in kg', 'copies available', 'kg')
+    """
+    words = field.replace("_", " ").split()
+    if len(words) > 1 and words[-1].lower() in _UNITS:
+        return f"{' '.join(words[:-1])} in {words[-1]}"
+    return " ".join(words)
+
+
 def _count_template(field: str, answer: str) -> str | None:
     """How people ask for a whole number: a state's ("How many of Beloved are available?", "How many copies of
     Beloved are available?" for ``copies_available``), a plural noun's ("How many reservations does Beloved
@@ -94,10 +112,12 @@ def _count_template(field: str, answer: str) -> str | None:
 
     >>> _count_template("available", "3"), _count_template("price", "3"), _count_template("copies", "2")
     ('How many of {name} are {field}?', None, 'How many {field} does {name} have?')
+    >>> _count_template("price_cents", "1299") is None
+    True
     """
-    if not answer.isdigit():
-        return None
     words = field.lower().replace("_", " ").split()
+    if not answer.isdigit() or words and words[-1] in _UNITS:  # "price_cents" measures: "What is the price in cents"
+        return None
     if len(words) == 1 and (words[0] in _STATES or words[0].endswith(("able", "ible"))) or "".join(words) in _STATES:
         return _COUNT_STATE
     plural = [w.endswith("s") and not w.endswith(("ss", "us", "is")) for w in words]
@@ -248,7 +268,7 @@ def fact_questions(
                 template = described
                 if template is None or rng.random() < 0.5:
                     template = counted or rng.choice(templates)
-                shown = {"name": name, "field": field.replace("_", " "), "entity": entity}
+                shown = {"name": name, "field": field_words(field), "entity": entity}
                 query = template.format(**shown)
                 counts = [t for t in (described, counted) if t]  # a count reads as one
                 others = _alternates(query, counts or templates, shown)
@@ -377,7 +397,7 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
                 if listed and search is not None:
                     read = ToolCall(name=call.name, arguments={**args, search: label})
                 field, answer = rng.choice(fields)
-                shown = {"name": label, "field": field.replace("_", " ")}
+                shown = {"name": label, "field": field_words(field)}
 
                 def asked(text: str, where: str = where, scope: str = scope) -> str:
                     return f"{text[:-1]}{scope}{text[-1]} {where}".rstrip()

@@ -226,6 +226,10 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
                 owned.append(owner.phrase)
             continue
         numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
+        chosen = _choose(phrase, value, shown) if isinstance(value, str) and not id_argument(arg) else None
+        if chosen is not None:  # "Move a work order to open, in_progress or done" + status="done": "... to done"
+            phrase = chosen
+            continue
         found = _article_noun(phrase, noun)
         amount = re.search(rf"\b(?:\d+\s+to\s+\d+|some|several|a few|a number of)\s+{re.escape(noun)}s?\b", phrase,
                            re.I) if numeric else None  # fmt: skip
@@ -240,7 +244,11 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
                 phrase = f"{phrase[: found.start()]}{after.group(1)} of {noun}{found.group(2)} {shown}{tail}"
             else:
                 named = shown.strip("'") if possessive else shown
-                phrase = phrase.replace(found.group(0), f"{found.group(1)}{noun}{found.group(2)} {named}", 1)
+                # the noun's head word stays with it: "by its plate number" -> "by plate number GMT509"
+                head = re.match(r"\s+(number|code|name|id)\b", phrase[found.end() :]) if not possessive else None
+                whole = found.group(0) + (head.group(0) if head else "")
+                kept = f"{found.group(1)}{noun}{found.group(2)}{head.group(0) if head else ''}"
+                phrase = phrase.replace(whole, f"{kept} {named}", 1)
         else:
             rest.append(f"{noun} {shown}")
     words = phrase.split()
@@ -259,6 +267,23 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
     if owned:
         phrase += " for " + " and ".join(owned)
     return phrase
+
+
+def _choose(phrase: str, value: str, shown: str) -> str | None:
+    """``phrase`` with the list of choices that holds ``value`` ("open, in_progress, waiting_parts or done") replaced
+    by the value as shown, else ``None``: "move work order wo_7a13 to done", not "move work order wo_7a13 to open,
+    in_progress, waiting_parts or done with status done" (a garage synthesis, session 71).
+
+    >>> _choose("Move a work order to open, in_progress or done", "done", "'done'")
+    "Move a work order to 'done'"
+    >>> _choose("Set a ticket open or closed", "pending", "pending") is None
+    True
+    """
+    for found in re.finditer(r"[\w-]+(?:,\s+[\w-]+)*,?\s+or\s+[\w-]+", phrase):
+        items = [w.lower() for w in re.split(r",\s+|,?\s+or\s+", found.group(0))]
+        if value.lower() in items:
+            return phrase[: found.start()] + shown + phrase[found.end() :]
+    return None
 
 
 def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, str] | None = None, *,
