@@ -146,6 +146,8 @@ def test_adapt_end_to_end_resumes_and_reads_the_heldout_file_last(tmp_path, caps
     assert json.loads((out / "8-heldout" / "done.json").read_text())["adapter"] == line["adapter"]
     grpo_config = yaml.safe_load((out / "6-grpo" / "train_config.yaml").read_text())
     assert grpo_config["policy_server_threads"] == min(2, os.cpu_count() or 1)  # the evaluations' server keeps 1
+    # the evaluations played their two models side by side, each on a 1-thread server of its own
+    assert (out / "server-2.log").exists() == ((os.cpu_count() or 1) >= 2)
     # the held-out tasks are in no training or selection input, and the GRPO child never saw them
     trained = "".join((out / "2-split" / f"{p}.jsonl").read_text() for p in PARTS)
     trained += "".join(f.read_text() for f in (out / "6-grpo" / "train" / "trajectories").glob("*.jsonl"))
@@ -332,20 +334,21 @@ def test_with_no_time_left_grpo_is_skipped_and_the_gate_weighs_the_supervised_ad
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
     assert grpo_phase(run, run.dir("grpo"), {})["adapter"] == str(ckpt)
 
-    served: list[object] = []
+    served: set[object] = set()
 
-    def rollouts(tasks, adapter, *, k, seed):
-        served.append(adapter)
+    def rollouts(tasks, adapter, *, k, seed, slot=0):
+        served.add(adapter)
         return [Trajectory(id=f"{t.id}/{i}", task=t, reward=1.0 if adapter else 0.0, rollout_index=i)
                 for t in tasks for i in range(k)]  # fmt: skip
 
     run.rollouts = rollouts  # type: ignore[method-assign]
-    run.model = lambda adapter: "policy"  # type: ignore[method-assign]
+    run.model = lambda adapter, slot=0: "policy"  # type: ignore[method-assign]
     (run.dir("validate") / "done.json").write_text(json.dumps(adapt._validate(run, run.dir("validate"))))
-    assert served == [None, run.dir("supervise") / "adapter"]
+    assert served == {None, run.dir("supervise") / "adapter"}
     run.dir("gate").mkdir()
+    served.clear()
     gate = adapt._gate(run, run.dir("gate"))
-    assert served == [None, run.dir("supervise") / "adapter"]  # read back from the validate phase, not played
+    assert not served  # read back from the validate phase, not played
     assert gate["candidates"] == {"supervised": 1.0} and gate["before"] == 0.0
     assert gate["chosen"] == "supervised" and gate["decision"]["promote"]
 
@@ -597,10 +600,10 @@ def test_a_restarted_server_loads_the_adapters_again_and_rollouts_that_all_faile
 
     run = Run(make_parser().parse_args(["--env", ROOMS, "--minutes", "1", "--output_dir", str(tmp_path)]))
     stopped = []
-    run.server = SimpleNamespace(stop=lambda: stopped.append(True))
-    run.names = {"/runs/a/4-supervise/adapter": "adapter-71d9cd"}
+    run.servers = [SimpleNamespace(stop=lambda: stopped.append(0)), SimpleNamespace(stop=lambda: stopped.append(1))]
+    run.names = [{"/runs/a/4-supervise/adapter": "adapter-71d9cd"}, {"/runs/a/4-supervise/adapter": "adapter-9c"}]
     run.stop()
-    assert stopped and run.server is None and run.names == {}
+    assert stopped == [0, 1] and run.servers == [None, None] and run.names == [{}, {}]
 
     task = Task(id="t", query="q")
     crashed = Trajectory(id="a", task=task, finish_reason="error", errors=("rollout crashed: 404 adapter-71d9cd",))
@@ -610,7 +613,7 @@ def test_a_restarted_server_loads_the_adapters_again_and_rollouts_that_all_faile
     async def rollouts(tasks, **kw):
         return played.pop()
 
-    run.server, run.names = SimpleNamespace(base_url="http://x"), {"/a": "adapter-71d9cd"}
+    run.servers, run.names = [SimpleNamespace(base_url="http://x")], [{"/a": "adapter-71d9cd"}]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(trainers.training_tasks, "evaluation_rollouts", rollouts)
         played.append([crashed, fine, fine])  # 1 of 3 failed: within the default share (0.5), left to the figures
@@ -629,16 +632,17 @@ def test_a_killed_validate_phase_plays_again_only_the_model_it_had_not_finished(
     from langgraph_evolver.types import Task, Trajectory, write_jsonl
     from trainers.evolve import adapt
 
-    run = SimpleNamespace(args=SimpleNamespace(k=2, seed=7), played=[])
+    run = SimpleNamespace(args=SimpleNamespace(k=2, seed=7), played=[], servers=[None, None])
+    run.side_by_side = lambda plays: adapt.Run.side_by_side(run, plays)  # the two models on two servers at once
     tasks = [Task(id=f"t{i}", query=f"q{i}") for i in range(3)]
     split, d = tmp_path / "2-split", tmp_path / "5-validate"
     split.mkdir()
     d.mkdir()
     write_jsonl(split / "validation.jsonl", tasks)
     run.dir = lambda phase: {"split": split, "supervise": tmp_path / "4-supervise"}[phase]
-    run.model = lambda adapter: None
+    run.model = lambda adapter, slot=0: None
 
-    def rollouts(tasks, adapter, k, seed):
+    def rollouts(tasks, adapter, k, seed, slot=0):
         run.played.append(adapter)
         return [Trajectory(id=f"{t.id}-{s}", task=t, reward=1.0 if adapter else 0.5, rollout_index=s)
                 for t in tasks for s in range(k)]  # fmt: skip
@@ -655,7 +659,7 @@ def test_a_killed_validate_phase_plays_again_only_the_model_it_had_not_finished(
     assert adapt._validate(run, d) == out and run.played == []  # both read back
     (d / "episode_s.json").unlink()  # rollouts without their seconds (a phase from before session 69): played again
     adapt._validate(run, d)
-    assert run.played == [None, tmp_path / "4-supervise" / "adapter"]
+    assert sorted(map(str, run.played)) == sorted(map(str, [None, tmp_path / "4-supervise" / "adapter"]))
 
 
 @pytest.mark.slow
@@ -694,3 +698,57 @@ class _KillSelf(str):
 def _kill_on_load(sig: int) -> str:
     os.kill(os.getpid(), sig)
     return "auto"
+
+
+def test_two_models_are_played_side_by_side_each_on_a_server_of_its_own(tmp_path):
+    """Each evaluation server computes on 1 thread (exact seeded repeats), so the validate and held-out phases play
+    their two models at once, one a server: a barrier both must reach proves they run together (played one after
+    the other, the first would wait alone and time out). A third model waits for a free server; one core plays
+    them in turn on one server. The held-out phase writes the starting model's rollouts as soon as they are done,
+    for a rerun after a kill to read back."""
+    import threading
+
+    from langgraph_evolver.types import Task, Trajectory
+    from trainers.evolve import adapt
+
+    run = adapt.Run(adapt.make_parser().parse_args(["--env", ROOMS, "--minutes", "1", "--output_dir", str(tmp_path)]))
+    run.servers, run.names = [None, None], [{}, {}]
+    together = threading.Barrier(2, timeout=10)
+    slots: dict[str, int] = {}
+
+    def play(name: str, wait: bool):
+        def go(slot: int) -> str:
+            slots[name] = slot
+            if wait:
+                together.wait()  # raises BrokenBarrierError if the other never comes
+            return name
+
+        return go
+
+    assert run.side_by_side({"before": play("before", True), "supervised": play("supervised", True)}) == {
+        "before": "before", "supervised": "supervised"}  # fmt: skip
+    assert sorted(slots.values()) == [0, 1]
+    slots.clear()
+    three = run.side_by_side({n: play(n, False) for n in ("before", "supervised", "grpo")})
+    assert three == {"before": "before", "supervised": "supervised", "grpo": "grpo"} and slots["grpo"] == 0
+    run.servers, run.names = [None], [{}]
+    slots.clear()
+    assert run.side_by_side({n: play(n, False) for n in ("before", "after")}) == {"before": "before", "after": "after"}
+    assert set(slots.values()) == {0}
+
+    tasks = [Task(id="t0", query="q0")]
+    run.servers, run.names = [None, None], [{}, {}]
+
+    def rollouts(tasks, adapter, *, k, seed, slot=0):
+        if adapter is not None:  # the adapter's rollouts end after the starting model's were written
+            for _ in range(100):
+                if (tmp_path / "before.jsonl").exists():
+                    break
+                threading.Event().wait(0.05)
+            assert (tmp_path / "before.jsonl").exists(), "the starting model's rollouts were not written at once"
+        return [Trajectory(id=f"{t.id}/{i}", task=t, reward=1.0 if adapter else 0.0, rollout_index=i)
+                for t in tasks for i in range(k)]  # fmt: skip
+
+    run.rollouts = rollouts  # type: ignore[method-assign]
+    out = adapt._evaluate(run, tasks, {"grpo": tmp_path / "adapter"}, tmp_path)
+    assert out["before"] == 0.0 and out["after"] == 1.0 and out["chosen"] == "grpo"

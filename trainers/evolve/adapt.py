@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph_evolver.errors import ConfigError, EvolverError, PolicyEndpointError
 
@@ -56,6 +56,7 @@ from .evaluation import grpo_config
 
 __all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "phase_dir", "supervise_phase", "tasks_file"]
 
+_T = TypeVar("_T")
 PHASES = ("synthesize", "split", "rollouts", "supervise", "validate", "grpo", "gate", "heldout")
 SHARES = {"synthesize": 0.2, "supervise": 0.2}
 """Shares of ``--minutes`` that stop these phases; GRPO gets the rest less the gate's predicted time
@@ -191,10 +192,11 @@ class Run:
         self.args = args
         self.out = Path(args.output_dir)
         self.started = time.perf_counter()
-        self.server: Any = None
+        self.servers: list[Any] = [None] * eval_servers()
+        """The evaluations' policy servers, one a model played side by side (``eval_servers``), started as needed."""
         self.server_args: list[str] = []
         """More flags for the policy server this run starts (a benchmark's A/B: ``--grounded-ids``)."""
-        self.names: dict[str, str] = {}
+        self.names: list[dict[str, str]] = [{} for _ in self.servers]
         self.earlier: dict[str, float] = {}
         """Per phase this run started, the seconds earlier runs spent in it before a kill (``interrupted_s``)."""
 
@@ -262,42 +264,64 @@ class Run:
                 "rollout_concurrency": 16, "level_weights": "", "report_to": [],
                 "policy_server_strict_tools": a.strict_tools}  # fmt: skip
 
-    def model(self, adapter: Path | None) -> str:
-        """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once)."""
+    def model(self, adapter: Path | None, slot: int = 0) -> str:
+        """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once) on the
+        evaluation server ``slot`` (started here the first time)."""
         from trainers.evaluate import serve_adapter
         from trainers.models import resolve_model
         from trainers.serving import PolicyServerProcess
 
         from .endpoint import SERVER_THREADS
 
-        if self.server is None:
-            self.server = PolicyServerProcess(resolve_model(self.args.model_path), log_path=self.out / "server.log",
-                                              allowed_weight_dirs=[self.out], threads=SERVER_THREADS,
-                                              extra_args=["--strict-tools"] * self.args.strict_tools
-                                              + self.server_args)  # fmt: skip
-            self.server.start()
+        if self.servers[slot] is None:
+            log = self.out / ("server.log" if slot == 0 else f"server-{slot + 1}.log")
+            server = PolicyServerProcess(resolve_model(self.args.model_path), log_path=log,
+                                         allowed_weight_dirs=[self.out], threads=SERVER_THREADS,
+                                         extra_args=["--strict-tools"] * self.args.strict_tools
+                                         + self.server_args)  # fmt: skip
+            server.start()
+            self.servers[slot] = server
         if adapter is None:
-            return self.server.model_name
+            return self.servers[slot].model_name
         key = str(adapter.resolve())
-        if key not in self.names:
-            self.names[key] = serve_adapter(self.server.base_url, key)
-        return self.names[key]
+        if key not in self.names[slot]:
+            self.names[slot][key] = serve_adapter(self.servers[slot].base_url, key)
+        return self.names[slot][key]
 
-    def rollouts(self, tasks: list[Any], adapter: Path | None, *, k: int, seed: int | None) -> list[Any]:
+    def rollouts(self, tasks: list[Any], adapter: Path | None, *, k: int, seed: int | None, slot: int = 0
+                 ) -> list[Any]:  # fmt: skip
         from trainers.evaluate import summarize, too_many_failures
         from trainers.training_tasks import evaluation_rollouts
 
-        cfg, model = grpo_config(self.train_keys(), self.out), self.model(adapter)  # model() starts the server
-        rows = asyncio.run(evaluation_rollouts(tasks, base_url=self.server.base_url, model=model, k=k, cfg=cfg,
-                                               seed=seed))  # fmt: skip
+        cfg, model = grpo_config(self.train_keys(), self.out), self.model(adapter, slot)  # it starts the server
+        rows = asyncio.run(evaluation_rollouts(tasks, base_url=self.servers[slot].base_url, model=model, k=k,
+                                               cfg=cfg, seed=seed))  # fmt: skip
         if reason := too_many_failures(summarize(rows, k), cfg.max_failed_rollout_share, repr(model)):
             raise PolicyEndpointError(reason)  # session 67: 96 of 96 crashed with a 404 and read as 0.000
         return rows
 
+    def side_by_side(self, plays: dict[str, Callable[[int], _T]]) -> dict[str, _T]:
+        """Each of ``plays`` (``play(slot)``: one model's rollouts on evaluation server ``slot``) run, as many at
+        once as there are servers (``eval_servers``), each on a server of its own: one model's episodes are
+        batched as they would be alone, so seeded episodes repeat exactly as one after the other."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        names = list(plays)
+        if len(self.servers) < 2 or len(names) < 2:
+            return {name: plays[name](0) for name in names}
+        out: dict[str, _T] = {}
+        with ThreadPoolExecutor(max_workers=len(self.servers), thread_name_prefix="adapt-eval") as pool:
+            for start in range(0, len(names), len(self.servers)):
+                batch = names[start : start + len(self.servers)]
+                futures = {name: pool.submit(plays[name], slot) for slot, name in enumerate(batch)}
+                out.update({name: future.result() for name, future in futures.items()})
+        return out
+
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server, self.names = None, {}  # a new server holds none of the adapters loaded into this one
+        for slot, server in enumerate(self.servers):
+            if server is not None:
+                server.stop()
+                self.servers[slot], self.names[slot] = None, {}  # a new server holds none of this one's adapters
 
 
 def phase_dir(out: Path, phase: str) -> Path:
@@ -410,6 +434,16 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
 
+def eval_servers() -> int:
+    """Evaluation servers an adapt run plays models on side by side: 2 where there are 2 cores or more. Each
+    server computes on 1 thread (``endpoint.SERVER_THREADS``: exact seeded repeats), so one model at a time left
+    the second core idle through the validate and held-out phases, about a third of a 60-minute budget (budget
+    run 2's validate phase: 1,209 s of 3,415)."""
+    import os
+
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
 def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
               ran: dict[str, list[Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     """The starting model and each candidate on ``tasks``, k samples each, the same seeds; the best candidate
@@ -422,11 +456,24 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
     from .gate import decide_paired, sample_rewards
 
     k, seed, ran = run.args.k, run.args.seed, ran or {}
-    before = ran.get("before") or run.rollouts(tasks, None, k=k, seed=seed)
+    models: dict[str, Path | None] = {"before": None, **candidates}
+
+    def player(name: str, adapter: Path | None) -> Callable[[int], list[Any]]:
+        def play(slot: int) -> list[Any]:
+            rows = run.rollouts(tasks, adapter, k=k, seed=seed, slot=slot)
+            if name == "before":  # at once: a rerun after a kill reads it back (adapt_data.played_before)
+                write_jsonl(d / "before.jsonl", rows)
+            return rows
+
+        return play
+
+    played = {**{n: ran[n] for n in models if ran.get(n)},
+              **run.side_by_side({n: player(n, a) for n, a in models.items() if not ran.get(n)})}  # fmt: skip
+    before = played["before"]
     write_jsonl(d / "before.jsonl", before)
     scored: dict[str, tuple[float, list[Any]]] = {}
-    for name, adapter in candidates.items():
-        after = ran.get(name) or run.rollouts(tasks, adapter, k=k, seed=seed)
+    for name in candidates:
+        after = played[name]
         if len(candidates) > 1:
             write_jsonl(d / f"{name}.jsonl", after)
         scored[name] = (summarize(after, k)["all"][f"avg@{k}"], after)
@@ -451,13 +498,19 @@ def _validate(run: Run, d: Path) -> dict[str, Any]:
     tasks = tasks_file(run.dir("split") / "validation.jsonl")
     k, out = run.args.k, {}
 
-    def play(adapter: Path | None) -> list[Any]:
-        run.model(adapter)
-        return run.rollouts(tasks, adapter, k=k, seed=run.args.seed)
+    def player(name: str, adapter: Path | None) -> Callable[[int], tuple[list[Any], float]]:
+        def play(slot: int) -> tuple[list[Any], float]:
+            def rollouts() -> list[Any]:
+                run.model(adapter, slot)
+                return run.rollouts(tasks, adapter, k=k, seed=run.args.seed, slot=slot)
 
-    for name, adapter in zip(VALIDATED, (None, run.dir("supervise") / "adapter"), strict=True):
-        played, out[f"{name}_episode_s"] = replayed(d, tasks, k, name, lambda: play(adapter))  # noqa: B023 - now
-        out[name] = summarize(played, k)["all"][f"avg@{k}"]
+            return replayed(d, tasks, k, name, rollouts)
+
+        return play
+
+    models = dict(zip(VALIDATED, (None, run.dir("supervise") / "adapter"), strict=True))
+    for name, (played, seconds) in run.side_by_side({n: player(n, a) for n, a in models.items()}).items():
+        out[name], out[f"{name}_episode_s"] = summarize(played, k)["all"][f"avg@{k}"], seconds
     return {**out, "episodes": len(tasks) * k}
 
 

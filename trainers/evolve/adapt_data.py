@@ -20,6 +20,7 @@ import hashlib
 import json
 import random
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -504,9 +505,14 @@ def replayed(d: Path, tasks: Sequence[Task], k: int, name: str,
     started = time.perf_counter()
     played = play()
     write_jsonl(d / f"{name}.jsonl", played)
-    seconds[name] = round((time.perf_counter() - started) / max(len(played), 1), 2)
-    timings.write_text(json.dumps(seconds))
-    return played, seconds[name]
+    took = round((time.perf_counter() - started) / max(len(played), 1), 2)
+    with _TIMINGS_LOCK:  # two models played side by side (adapt.Run.side_by_side) write the one file
+        seconds = json.loads(timings.read_text()) if timings.is_file() else {}
+        timings.write_text(json.dumps({**seconds, name: took}))
+    return played, took
+
+
+_TIMINGS_LOCK = threading.Lock()
 
 
 def train_lora_apart(*args: Any, **kwargs: Any) -> dict[str, Any]:
