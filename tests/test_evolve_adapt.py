@@ -169,7 +169,8 @@ def test_a_dead_server_is_one_clear_error(tmp_path, capsys):
 
 
 BAD_FLAGS = [(["--minutes", "0"], "--minutes must be above 0"),
-             (["--promote", "agent"], "--promote NAME needs --policy_base_url")]  # fmt: skip
+             (["--promote", "agent"], "--promote NAME needs --policy_base_url"),
+             (["--eval_servers", "0"], "--eval_servers must be 1 or more")]  # fmt: skip
 
 
 @pytest.mark.parametrize("flags, message", BAD_FLAGS)
@@ -731,7 +732,9 @@ def test_two_models_are_played_side_by_side_each_on_a_server_of_its_own(tmp_path
     slots.clear()
     three = run.side_by_side({n: play(n, False) for n in ("before", "supervised", "grpo")})
     assert three == {"before": "before", "supervised": "supervised", "grpo": "grpo"} and slots["grpo"] == 0
-    run.servers, run.names = [None], [{}]
+    run = adapt.Run(adapt.make_parser().parse_args(["--env", ROOMS, "--minutes", "1", "--output_dir", str(tmp_path),
+                                                    "--eval_servers", "1"]))  # fmt: skip
+    assert run.servers == [None]
     slots.clear()
     assert run.side_by_side({n: play(n, False) for n in ("before", "after")}) == {"before": "before", "after": "after"}
     assert set(slots.values()) == {0}

@@ -122,6 +122,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="what supervise's and GRPO's forwards compute in on CPU (auto: bf16 autocast where the CPU "
                    "has bf16 instructions, fp32 before session 64's supervise; docs/real-model.md)")  # fmt: skip
     p.add_argument("--min_gain", type=float, default=0.0, help="the gate's minimum lower bound")
+    p.add_argument("--eval_servers", type=int, default=None,
+                   help="policy servers the evaluations play models on side by side, 1 thread each (default: 2 "
+                   "with 2 cores or more; 1 halves their memory)")  # fmt: skip
     p.add_argument("--stop_after", choices=PHASES, default=None, help="stop once this phase is done (resume later)")
     p.add_argument("--promote", default=None, help="served name to point at the adapter when the gate passes")
     p.add_argument("--policy_base_url", default=None, help="the endpoint that serves --promote")
@@ -192,7 +195,7 @@ class Run:
         self.args = args
         self.out = Path(args.output_dir)
         self.started = time.perf_counter()
-        self.servers: list[Any] = [None] * eval_servers()
+        self.servers: list[Any] = [None] * (getattr(args, "eval_servers", None) or eval_servers())
         """The evaluations' policy servers, one a model played side by side (``eval_servers``), started as needed."""
         self.server_args: list[str] = []
         """More flags for the policy server this run starts (a benchmark's A/B: ``--grounded-ids``)."""
@@ -560,6 +563,8 @@ def _promote(run: Run, adapter: Path) -> str:
 def adapt(args: argparse.Namespace) -> dict[str, Any]:
     if args.minutes <= 0:
         raise ConfigError(f"--minutes must be above 0, got {args.minutes}")
+    if args.eval_servers is not None and args.eval_servers < 1:
+        raise ConfigError(f"--eval_servers must be 1 or more, got {args.eval_servers}")
     if args.heldout and not Path(args.heldout).is_file():  # its name only: the file is read in the last phase
         raise ConfigError(f"--heldout {args.heldout} does not exist.")
     if args.promote and not args.policy_base_url:
