@@ -39,24 +39,22 @@ promotes (``ProductionEndpoint.serve``). docs/your-domain.md has the figures.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from langgraph_evolver.errors import ConfigError, EvolverError, PolicyEndpointError
+from langgraph_evolver.errors import ConfigError, EvolverError
 
 from .adapt_data import played_before, replayed
+from .adapt_eval import EvalServers, eval_servers
 from .adapt_grpo import grpo_phase
-from .evaluation import grpo_config
 
 __all__ = ["PHASES", "SHARES", "Run", "main", "make_parser", "phase_dir", "supervise_phase", "tasks_file"]
 
-_T = TypeVar("_T")
 PHASES = ("synthesize", "split", "rollouts", "supervise", "validate", "grpo", "gate", "heldout")
 SHARES = {"synthesize": 0.2, "supervise": 0.2}
 """Shares of ``--minutes`` that stop these phases; GRPO gets the rest less the gate's predicted time
@@ -188,18 +186,14 @@ class _Heartbeat:
         self._write()
 
 
-class Run:
-    """One adapt run's directory, budget and phase bookkeeping."""
+class Run(EvalServers):
+    """One adapt run's directory, budget and phase bookkeeping; its evaluation servers (``EvalServers``)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.out = Path(args.output_dir)
         self.started = time.perf_counter()
-        self.servers: list[Any] = [None] * (getattr(args, "eval_servers", None) or eval_servers())
-        """The evaluations' policy servers, one a model played side by side (``eval_servers``), started as needed."""
-        self.server_args: list[str] = []
-        """More flags for the policy server this run starts (a benchmark's A/B: ``--grounded-ids``)."""
-        self.names: list[dict[str, str]] = [{} for _ in self.servers]
+        super().__init__(getattr(args, "eval_servers", None) or eval_servers())
         self.earlier: dict[str, float] = {}
         """Per phase this run started, the seconds earlier runs spent in it before a kill (``interrupted_s``)."""
 
@@ -266,65 +260,6 @@ class Run:
                 "repeat_guard": a.repeat_guard, "max_completion_length": a.max_completion_length, "temperature": 1.0,
                 "rollout_concurrency": 16, "level_weights": "", "report_to": [],
                 "policy_server_strict_tools": a.strict_tools}  # fmt: skip
-
-    def model(self, adapter: Path | None, slot: int = 0) -> str:
-        """The served name of the starting model (``adapter`` None) or of ``adapter`` (loaded once) on the
-        evaluation server ``slot`` (started here the first time)."""
-        from trainers.evaluate import serve_adapter
-        from trainers.models import resolve_model
-        from trainers.serving import PolicyServerProcess
-
-        from .endpoint import SERVER_THREADS
-
-        if self.servers[slot] is None:
-            log = self.out / ("server.log" if slot == 0 else f"server-{slot + 1}.log")
-            server = PolicyServerProcess(resolve_model(self.args.model_path), log_path=log,
-                                         allowed_weight_dirs=[self.out], threads=SERVER_THREADS,
-                                         extra_args=["--strict-tools"] * self.args.strict_tools
-                                         + self.server_args)  # fmt: skip
-            server.start()
-            self.servers[slot] = server
-        if adapter is None:
-            return self.servers[slot].model_name
-        key = str(adapter.resolve())
-        if key not in self.names[slot]:
-            self.names[slot][key] = serve_adapter(self.servers[slot].base_url, key)
-        return self.names[slot][key]
-
-    def rollouts(self, tasks: list[Any], adapter: Path | None, *, k: int, seed: int | None, slot: int = 0
-                 ) -> list[Any]:  # fmt: skip
-        from trainers.evaluate import summarize, too_many_failures
-        from trainers.training_tasks import evaluation_rollouts
-
-        cfg, model = grpo_config(self.train_keys(), self.out), self.model(adapter, slot)  # it starts the server
-        rows = asyncio.run(evaluation_rollouts(tasks, base_url=self.servers[slot].base_url, model=model, k=k,
-                                               cfg=cfg, seed=seed))  # fmt: skip
-        if reason := too_many_failures(summarize(rows, k), cfg.max_failed_rollout_share, repr(model)):
-            raise PolicyEndpointError(reason)  # session 67: 96 of 96 crashed with a 404 and read as 0.000
-        return rows
-
-    def side_by_side(self, plays: dict[str, Callable[[int], _T]]) -> dict[str, _T]:
-        """Each of ``plays`` (``play(slot)``: one model's rollouts on evaluation server ``slot``) run, as many at
-        once as there are servers (``eval_servers``), each on a server of its own: one model's episodes are
-        batched as they would be alone, so seeded episodes repeat exactly as one after the other."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        names = list(plays)
-        if len(self.servers) < 2 or len(names) < 2:
-            return {name: plays[name](0) for name in names}
-        out: dict[str, _T] = {}
-        with ThreadPoolExecutor(max_workers=len(self.servers), thread_name_prefix="adapt-eval") as pool:
-            for start in range(0, len(names), len(self.servers)):
-                batch = names[start : start + len(self.servers)]
-                futures = {name: pool.submit(plays[name], slot) for slot, name in enumerate(batch)}
-                out.update({name: future.result() for name, future in futures.items()})
-        return out
-
-    def stop(self) -> None:
-        for slot, server in enumerate(self.servers):
-            if server is not None:
-                server.stop()
-                self.servers[slot], self.names[slot] = None, {}  # a new server holds none of this one's adapters
 
 
 def phase_dir(out: Path, phase: str) -> Path:
@@ -435,16 +370,6 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
             "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
             "from_repeats": counts["repeat"], "skipped": counts["skipped"],
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
-
-
-def eval_servers() -> int:
-    """Evaluation servers an adapt run plays models on side by side: 2 where there are 2 cores or more. Each
-    server computes on 1 thread (``endpoint.SERVER_THREADS``: exact seeded repeats), so one model at a time left
-    the second core idle through the validate and held-out phases, about a third of a 60-minute budget (budget
-    run 2's validate phase: 1,209 s of 3,415)."""
-    import os
-
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
