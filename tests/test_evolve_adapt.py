@@ -702,7 +702,7 @@ def _kill_on_load(sig: int) -> str:
 
 
 def test_two_models_are_played_side_by_side_each_on_a_server_of_its_own(tmp_path):
-    """Each evaluation server computes on 1 thread (exact seeded repeats), so the validate and held-out phases play
+    """Each evaluation server computes on 1 thread, so the validate and held-out phases play
     their two models at once, one a server: a barrier both must reach proves they run together (played one after
     the other, the first would wait alone and time out). A third model waits for a free server; one core plays
     them in turn on one server. The held-out phase writes the starting model's rollouts as soon as they are done,

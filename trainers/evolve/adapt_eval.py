@@ -1,6 +1,7 @@
 """The evaluation servers of an ``adapt`` run (``adapt.Run`` is one): CPU policy servers of the starting model
-that load the adapters, each computing on 1 thread (``endpoint.SERVER_THREADS``: seeded episodes repeat exactly
-only there), and two models' evaluations played side by side, a server each (``eval_servers``)."""
+that load the adapters, each computing on 1 thread (``endpoint.SERVER_THREADS``), and two models' evaluations
+played side by side, a server each (``eval_servers``): the validate phase 1.28x as fast on garage run 1's split
+(docs/your-domain.md#side-by-side)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ _T = TypeVar("_T")
 
 def eval_servers() -> int:
     """Evaluation servers an adapt run plays models on side by side: 2 where there are 2 cores or more. Each
-    server computes on 1 thread (``endpoint.SERVER_THREADS``: exact seeded repeats), so one model at a time left
+    server computes on 1 thread (``endpoint.SERVER_THREADS``), so one model at a time left
     the second core idle through the validate and held-out phases, about a third of a 60-minute budget (budget
     run 2's validate phase: 1,209 s of 3,415)."""
     import os
@@ -86,7 +87,7 @@ class EvalServers:
     def side_by_side(self, plays: dict[str, Callable[[int], _T]]) -> dict[str, _T]:
         """Each of ``plays`` (``play(slot)``: one model's rollouts on evaluation server ``slot``) run, as many at
         once as there are servers (``eval_servers``), each on a server of its own: one model's episodes are
-        batched as they would be alone, so seeded episodes repeat exactly as one after the other."""
+        batched together as they would be alone, never with another model's."""
         from concurrent.futures import ThreadPoolExecutor
 
         names = list(plays)

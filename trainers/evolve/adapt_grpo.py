@@ -28,8 +28,8 @@ __all__ = ["GRPO_SERVER_THREADS", "MIN_GRPO_S", "episode_growth", "grpo_phase", 
 MIN_GRPO_S = 180.0
 """Less GRPO time than this (a child's start and two steps on 2 cores) and the phase does not start."""
 GRPO_SERVER_THREADS = 2
-"""Torch threads of GRPO's own CPU policy server. The evaluations keep 1 (``endpoint.SERVER_THREADS``: seeded
-episodes repeat exactly only there); GRPO's rollouts need no exact repeat, and the trainer waits while they run:
+"""Torch threads of GRPO's own CPU policy server. The evaluations keep 1 (``endpoint.SERVER_THREADS``: fewer
+seeded episodes diverge there); GRPO's rollouts need no repeat, and the trainer waits while they run:
 SmolLM2 rollouts ran 1.26x as fast on 2 threads as on 1 (``python -m benchmarks.serving --variants
 new,new_2_threads --threads 1 --model <merged smollm2-warm-doc> --tasks 4 --k 4 --rounds 2``, session 66; the
 same 16 rollouts 14.0 s -> 11.9 s), and shipping run 3's first GRPO steps spent 96-131 s of 167-176 in them."""

@@ -28,9 +28,13 @@ from .config import EvolveConfig
 __all__ = ["SERVER_THREADS", "ProductionEndpoint"]
 
 SERVER_THREADS = 1
-"""Torch threads of the loop's own CPU server, named here rather than left to the server's default: a seeded
-evaluation repeats exactly only at 1 thread (at 2, 2 of 48 rollouts diverged: a multi-threaded matmul sums in
-another order, a near-tie token flips), and the gate's pairing and the read-back evaluations rely on it."""
+"""Torch threads of the loop's own CPU server, named here rather than left to the server's default: at 2, 2 of 48
+seeded rollouts diverged from a repeat (a multi-threaded matmul sums in another order, a near-tie token flips).
+One thread does not make a run repeat another either: the server batches continuously, so which requests share a
+batch depends on when they come, and between two runs of garage's validation 34 of 72 episodes kept every token,
+all 72 their reward (session 72, docs/your-domain.md#side-by-side). The gate's pairing rests on the seeds (each
+task and sample has its own in both models' evaluations) and a killed phase reads its files back, not on exact
+repeats."""
 
 logger = logging.getLogger(__name__)
 
