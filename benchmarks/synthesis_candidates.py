@@ -11,7 +11,8 @@ candidates of a kind (``named``: requests naming records, their lookups first; `
 reference tools; ``--out`` writes them all as JSON.
 
 Ends with one JSON line: ``candidates``, ``named`` (``metadata["resolves"]``), ``facts`` (``metadata["fact"]``),
-``distinct_queries``, ``explorations``, ``seconds``.
+``writes`` (a reference call to a tool ``profile.tool_kind`` reads as a write, by its name and description; since
+session 72), ``distinct_queries``, ``explorations``, ``seconds``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from langgraph_evolver.questioning import pipeline  # noqa: E402
 from langgraph_evolver.questioning.explore import exploration_task, explore_fresh, unsafe_tools  # noqa: E402
+from langgraph_evolver.questioning.profile import tool_kind  # noqa: E402
 from langgraph_evolver.questioning.reach import next_setup  # noqa: E402
 from langgraph_evolver.questioning.synthesize import RESOLVES_KEY, synthesize  # noqa: E402
 
@@ -47,11 +49,13 @@ def candidates(env: str, explorations: int, *, seed: int = 0, max_ops: int = 3) 
                                    avoid=avoid)  # fmt: skip
         avoid |= unsafe_tools(trajectory)
         trajectories.append(trajectory)
+        described = trajectory.metadata.get("tool_descriptions") or {}
         for task in synthesize(trajectory, max_ops=max_ops, max_tasks=None, seed=seed + r + 1):
             meta = task.metadata
+            names = [c.name for c in task.reference_solution or ()]
             rows.append({"exploration": r, "query": task.query,
-                         "reference": [c.name for c in task.reference_solution or ()],
-                         "named": bool(meta.get(RESOLVES_KEY)), "fact": bool(meta.get("fact"))})  # fmt: skip
+                         "reference": names, "named": bool(meta.get(RESOLVES_KEY)), "fact": bool(meta.get("fact")),
+                         "writes": any(tool_kind(n, described.get(n, "")) == "write" for n in names)})  # fmt: skip
     return rows
 
 
@@ -74,7 +78,8 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     seconds = round(time.perf_counter() - started, 1)
     print(json.dumps({"env": args.env, "candidates": len(rows), "named": sum(r["named"] for r in rows),
-                      "facts": sum(r["fact"] for r in rows), "distinct_queries": len({r["query"] for r in rows}),
+                      "facts": sum(r["fact"] for r in rows), "writes": sum(r["writes"] for r in rows),
+                      "distinct_queries": len({r["query"] for r in rows}),
                       "explorations": args.explorations, "seconds": seconds}))  # fmt: skip
 
 

@@ -13,6 +13,8 @@ PACKAGES = [
     "langgraph_evolver.questioning",
     "langgraph_evolver.questioning.facts",  # how facts are asked (field_words, _count_template)
     "langgraph_evolver.questioning.wording",  # how calls are worded (_choose)
+    "langgraph_evolver.questioning.profile",  # how names are read (snake, tool_kind)
+    "langgraph_evolver.questioning.offered",  # the values an error offers (suggested_values)
     "langgraph_evolver.experience",
     "langgraph_evolver.context",
     "langgraph_evolver.ingest",

@@ -693,3 +693,64 @@ def test_a_write_s_free_text_is_what_people_would_type_and_is_not_drawn_twice():
     assert all(re.fullmatch(r"sku \d+", a["sku"]) for a in opened), opened  # a kind not known: the label
     comment = explorer.arguments("add_comment", recent=False)
     assert comment["ticket_id"] == 101 and not comment["text"].startswith("text "), comment
+
+
+CAMEL = '''
+from mcp.server.fastmcp import FastMCP
+
+mcp = FastMCP("pets")
+PETS = {7: {"id": 7, "name": "Biscuit", "ageYears": 3}, 8: {"id": 8, "name": "Luna", "ageYears": 5}}
+OWNERS = [{"personId": 31, "fullName": "Ada Brook", "email": "ada@example.org"}]
+
+
+@mcp.tool()
+def listPets() -> list[dict]:
+    """Every pet in the shelter."""
+    return list(PETS.values())
+
+
+@mcp.tool()
+def searchPeople(query: str = "", limit: int = 10) -> list[dict]:
+    """People who adopt, by name."""
+    return [o for o in OWNERS if query.lower() in o["fullName"].lower()][:limit]
+
+
+@mcp.tool()
+def assignOwner(petId: int, ownerEmail: str, visitType: str) -> str:
+    """Hand a pet to its new owner."""
+    if petId not in PETS:
+        raise ValueError(f"Pet {petId} not found.")
+    if ownerEmail not in {o["email"] for o in OWNERS}:
+        raise ValueError(f"No person with email {ownerEmail!r}.")
+    if visitType not in ("pickup", "delivery"):
+        raise ValueError(f"Unknown visit type {visitType!r}. Valid: pickup, delivery.")
+    PETS[petId]["owner"] = ownerEmail
+    return "assigned"
+
+
+if __name__ == "__main__":
+    mcp.run()
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_camel_case_server_s_writes_are_filled_from_what_its_reads_returned(tmp_path):
+    """Session 72, a shelter server written as a web developer writes a JSON API: ``assignOwner(petId, ownerEmail,
+    visitType)`` where reads return ``id`` and ``email``. A camelCase name is read by its snake_case words, so
+    ``petId`` is a pet's id (never invented: before, a random number) and ``ownerEmail`` takes an ``email`` seen;
+    "Valid: pickup, delivery." (a capital letter) offers ``visitType``'s values. Questions name fields in words
+    and leave out a read's row cap ("for limit 5")."""
+    from langgraph_evolver.questioning.synthesize import synthesize
+
+    server = tmp_path / "pets.py"
+    server.write_text(CAMEL)
+    trajectory = explore_environment(f"mcp:{sys.executable} {server}", seed=0, n_breadth=3, n_depth=17)
+    pairs = trajectory.tool_results()
+    assigned = [c.arguments for c, o in pairs if c.name == "assignOwner" and not o.is_error]
+    assert assigned, [(c.name, c.arguments, o.content[:80]) for c, o in pairs]
+    assert all(a["petId"] in (7, 8) and a["ownerEmail"] == "ada@example.org" for a in assigned), assigned
+    made = [c.arguments["petId"] for c, _ in pairs if c.name == "assignOwner"]
+    assert set(made) <= {7, 8}, made  # an id is never invented
+    queries = [t.query for t in synthesize(trajectory, max_ops=2, max_tasks=None, seed=1)]
+    assert any("age in years" in q or "age years" in q for q in queries), queries
+    assert not any(re.search(r"\b(?:petId|ownerEmail|ageYears|for limit \d)", q) for q in queries), queries

@@ -39,7 +39,7 @@ from .explore_errors import learn_match, learn_offered, learn_prerequisite, redr
 from .explore_errors import names_record as _names_record
 from .lexicon import plausible_text
 from .offered import numbers_named, suggested_values
-from .profile import singular, tool_entity, tool_kind
+from .profile import singular, snake, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
 
 __all__ = [
@@ -97,7 +97,7 @@ def exploration_task(seed_task: Task | None = None, *, env: str | None = None, s
 
 
 def _id_like(key: str) -> bool:
-    return key in _ID_SUFFIXES or key.rsplit("_", 1)[-1] in _ID_SUFFIXES
+    return key in _ID_SUFFIXES or snake(key).rsplit("_", 1)[-1] in _ID_SUFFIXES
 
 
 def _harvest(value: Any, key: str, entity: str, step: int, out: list[_Seen]) -> None:
@@ -105,20 +105,21 @@ def _harvest(value: Any, key: str, entity: str, step: int, out: list[_Seen]) -> 
 
     Each value keeps the entities around it: the tool's and every enclosing key's, so an ``id``
     inside ``{"bookings": [...]}`` returned by ``search`` is a booking's id. A mapping keyed by
-    ids (``{"payment_methods": {"card_7": {...}}}``) yields those keys as ``<parent>_id`` values.
+    ids (``{"payment_methods": {"card_7": {...}}}``) yields those keys as ``<parent>_id`` values. A camelCase key
+    goes by its snake_case words (``animalId`` -> ``animal_id``, ``profile.snake``), as arguments are matched.
     """
     if isinstance(value, Mapping):
         for k, v in value.items():
             k = str(k)
             if isinstance(v, Mapping) and key and any(c.isdigit() for c in k):
-                out.append(_Seen(key=f"{singular(key)}_id", value=k, entity=entity, step=step))
-            inner = f"{entity} {singular(k)}" if isinstance(v, Mapping | list) else entity
+                out.append(_Seen(key=f"{singular(snake(key))}_id", value=k, entity=entity, step=step))
+            inner = f"{entity} {singular(snake(k))}" if isinstance(v, Mapping | list) else entity
             _harvest(v, k, inner, step, out)
     elif isinstance(value, list):
         for v in value:
             _harvest(v, key, entity, step, out)
     elif value is not None and key:
-        out.append(_Seen(key=key, value=value, entity=entity, step=step))
+        out.append(_Seen(key=snake(key), value=value, entity=entity, step=step))
 
 
 def _fits(value: Any, json_type: str | None) -> Any:
@@ -138,7 +139,8 @@ _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 def _is_date(arg: str, prop: Mapping[str, Any]) -> bool:
     """A date argument: ``format: date``/``date-time``, or a name such as ``date``, ``start_date``, ``day``."""
-    return prop.get("format") in ("date", "date-time") or "date" in arg.lower().split("_") or arg.lower() == "day"
+    words = snake(arg).lower().split("_")
+    return prop.get("format") in ("date", "date-time") or "date" in words or arg.lower() == "day"
 
 
 _ENDING_VERBS = frozenset({"delete", "remove", "cancel", "revoke", "release", "drop", "void", "close", "archive",
@@ -149,7 +151,7 @@ _ENDING_VERBS = frozenset({"delete", "remove", "cancel", "revoke", "release", "d
 def _ends_record(name: str, description: str) -> bool:
     """A tool that ends the record it acts on (``revoke_permit``, "Throw a note away"): by its name's or its
     description's first word."""
-    words = [name.split("_", 1)[0].lower(), *re.findall(r"[a-z]+", description.lower())[:1]]
+    words = [snake(name).split("_", 1)[0].lower(), *re.findall(r"[a-z]+", description.lower())[:1]]
     return any(w in _ENDING_VERBS for w in words)
 
 
@@ -242,8 +244,10 @@ class _Explorer:
         ``booking_id`` takes a value seen under ``booking_id``; else one seen under ``id`` (or
         ``booking``) in a booking's result; else under a key sharing its suffix
         (``outbound_booking_id`` <-> ``booking_id``); else, for an id-like argument, any id-like
-        value of its type (``loose=False`` leaves that last guess out).
+        value of its type (``loose=False`` leaves that last guess out). A camelCase ``arg`` is read in snake_case
+        (``applicantEmail`` <- ``email``), as the keys seen are.
         """
+        arg = snake(arg)
         keys = {arg, *_SYNONYMS.get(arg, ())}
         head, _, suffix = arg.rpartition("_")
         entity = head if head and suffix in _ID_SUFFIXES else None
@@ -303,7 +307,7 @@ class _Explorer:
             if self._tool in self.tools and not self.tools[self._tool]["writes"]:
                 return True, self._probe(arg)
             text = plausible_text(arg, self.rng, {*self.written, *(str(s.value) for s in self.seen)})
-            text = text or f"{arg.replace('_', ' ')} {self.rng.randint(2, 99)}"  # a kind lexicon does not know
+            text = text or f"{snake(arg).replace('_', ' ')} {self.rng.randint(2, 99)}"  # a kind lexicon does not know
             self.written.add(text)
             return True, text
         return False, None

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from langgraph_evolver.types import ToolCall, ToolObservation
 
 from .offered import suggested_values
+from .profile import snake
 
 __all__ = [
     "MAX_RETRIES",
@@ -65,8 +66,8 @@ class ExplorerState(Protocol):
 
 
 def names_record(arg: str) -> bool:
-    """An ``id``/``<x>_id`` argument: only a value seen earlier can fill it, never an invented one."""
-    return arg == "id" or arg.endswith("_id")
+    """An ``id``/``<x>_id``/``<x>Id`` argument: only a value seen earlier can fill it, never an invented one."""
+    return arg == "id" or snake(arg).endswith("_id")
 
 
 def _args(call: ToolCall) -> dict[str, Any]:
@@ -91,13 +92,16 @@ def _last_failure(explorer: ExplorerState, obs: ToolObservation) -> ToolCall | N
 
 def learn_offered(explorer: ExplorerState, obs: ToolObservation) -> bool:
     """Values the error offers (``suggested_values``) become hints for the argument it names: the one whose value it
-    quotes, else the call's only string argument ("no service to 'country 15'; countries: FR, DE"). True when the
-    error offered values."""
+    quotes, else the one it names ('decision must be "approved" or "rejected"'), else the call's only string
+    argument ("no service to 'country 15'; countries: FR, DE"). True when the error offered values."""
     call, offered = _last_failure(explorer, obs), suggested_values(obs.content)
     if call is None or not offered:
         return bool(offered)
     strings = {a: v for a, v in _args(call).items() if isinstance(v, str) and not names_record(a)}
-    named = [a for a, v in strings.items() if v and v in obs.content]
+    words = obs.content.lower().replace("_", " ")
+    named = [a for a, v in strings.items() if v and v in obs.content] or [
+        a for a in strings if re.search(rf"\b{re.escape(snake(a).replace('_', ' '))}\b", words)
+    ]
     for arg in named or (list(strings) if len(strings) == 1 else []):
         explorer.hints[arg] = offered
     return True

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
-from .profile import singular, tool_entity
+from .profile import singular, snake, tool_entity
 from .wording import NAME_KEYS, Owned, Titled, arg_noun, id_argument, id_values, quotes, searches, shown_value
 
 __all__ = ["FACT_KEY", "ID_SHARE", "PER_RECORD", "Fact", "fact_questions", "field_phrases", "record_rows",
@@ -98,7 +98,7 @@ def field_words(field: str) -> str:
     >>> field_words("price_cents"), field_words("weight_kg"), field_words("copies_available"), field_words("kg")
     ('price in cents', 'weight in kg', 'copies available', 'kg')
     """
-    words = field.replace("_", " ").split()
+    words = snake(field).replace("_", " ").split()
     if len(words) > 1 and words[-1].lower() in _UNITS:
         return f"{' '.join(words[:-1])} in {words[-1]}"
     return " ".join(words)
@@ -115,7 +115,7 @@ def _count_template(field: str, answer: str) -> str | None:
     >>> _count_template("price_cents", "1299") is None
     True
     """
-    words = field.lower().replace("_", " ").split()
+    words = snake(field).lower().replace("_", " ").split()
     if not answer.isdigit() or words and words[-1] in _UNITS:  # "price_cents" measures: "What is the price in cents"
         return None
     if len(words) == 1 and (words[0] in _STATES or words[0].endswith(("able", "ible"))) or "".join(words) in _STATES:
@@ -410,11 +410,24 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
     return out
 
 
+_SIZE_ARGS = frozenset({"limit", "max_results", "page_size", "per_page", "top", "max", "size", "max_items"})
+"""Arguments that cap how many rows a read returns: no one scopes a question with them ("What is Luna's breed for
+limit 5?", session 72); the read with a larger cap shows the same row. An offset, page or cursor is said: without
+it another page comes back."""
+
+
 def _for(call: ToolCall, *, quote: bool = True) -> str:
-    """The read's arguments as a request scopes a question with them (" for month 2026-11"), or nothing."""
+    """The read's arguments as a request scopes a question with them (" for month 2026-11"), or nothing; a cap on
+    the rows returned is left out (``_SIZE_ARGS``).
+
+    >>> _for(ToolCall(name="searchAnimals", arguments={"species": "cat", "limit": 5}))
+    " for species 'cat'"
+    """
     args = call.arguments if isinstance(call.arguments, dict) else {}
     shown = [
-        f"{arg_noun(k)} {shown_value(k, v, {}, quote=quote)}" for k, v in args.items() if v not in ("", None, [], {})
+        f"{arg_noun(k)} {shown_value(k, v, {}, quote=quote)}"
+        for k, v in args.items()
+        if v not in ("", None, [], {}) and snake(k).lower() not in _SIZE_ARGS
     ]
     return f" for {' and '.join(shown)}" if shown else ""
 

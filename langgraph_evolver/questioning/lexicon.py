@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 from collections.abc import Collection
 
+from .profile import snake
+
 __all__ = ["plausible_text"]
 
 _PEOPLE = ("Lily Park", "Omar Said", "Nina Brooks", "Leo Martins", "Ava Costa", "Sam Rivera", "Mia Jensen",
@@ -50,7 +52,7 @@ _KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 def _pool(arg: str) -> tuple[str, ...]:
     """The values for ``arg`` by the last word of its name (``home_city`` -> a city; ``customer_email`` -> an
     e-mail), else by the whole name (``full_name``); empty when its kind is not known."""
-    name = arg.lower()
+    name = snake(arg).lower()
     last = name.replace("-", "_").rsplit("_", 1)[-1]
     for words, values in _KINDS:
         if name in words or last in words:

@@ -10,9 +10,16 @@ __all__ = ["numbers_named", "suggested_values"]
 
 _EXAMPLE = re.compile(r"\b(?:such as|e\.g\.,?|for example|like)\s+'?([A-Za-z0-9][\w:./-]*)")
 _LISTED = re.compile(
-    r"(?:\b[a-z][a-z ]{1,30}:|\bone of:?|\bmust be:?|\bvalid (?:values|options)(?: are)?:?)\s*\[?"
+    r"(?:\b[A-Za-z][a-z ]{1,30}:|\bone of:?|\bmust be:?|\bvalid (?:values|options)(?: are)?:?)\s*\[?"
     r"((?:'?[\w./-]+'?\s*,\s*)+'?[\w./-]+'?)"
 )
+_QUOTED = re.compile(r"""(["'])([\w./ -]{1,40})\1""")
+_ALTERNATIVES = re.compile(
+    r"""\b(?:must be|one of|either|expected|allowed|valid (?:values|options)(?: are)?)\s*:?\s*"""
+    r"""((?:(["'])[\w./ -]{1,40}\2\s*(?:,\s*(?:or\s+)?|or\s+))+(["'])[\w./ -]{1,40}\3)""",
+    re.IGNORECASE,
+)
+"""Quoted alternatives: 'decision must be "approved" or "rejected"' (session 72, a shelter server's error)."""
 
 
 def suggested_values(text: str) -> list[str]:
@@ -24,8 +31,12 @@ def suggested_values(text: str) -> list[str]:
         ['FR', 'DE', 'ES']
         >>> suggested_values("cell must be a column letter and a row number like B3, got 'Amount'")
         ['B3']
+        >>> suggested_values("Unknown species 'a'. Valid: dog, cat, rabbit."), suggested_values(
+        ...     'decision must be "approved" or "rejected".')
+        (['dog', 'cat', 'rabbit'], ['approved', 'rejected'])
     """
-    out = [v.strip().strip("'") for m in _LISTED.finditer(text) for v in m.group(1).split(",")]
+    out = [v.strip().strip("'").rstrip(".") for m in _LISTED.finditer(text) for v in m.group(1).split(",")]
+    out += [q.group(2) for m in _ALTERNATIVES.finditer(text) for q in _QUOTED.finditer(m.group(1))]
     out += [m.group(1).rstrip(".") for m in _EXAMPLE.finditer(text)]
     return list(dict.fromkeys(v for v in out if v))
 

@@ -35,6 +35,7 @@ __all__ = [
     "environment_profile",
     "plural",
     "singular",
+    "snake",
     "tool_entity",
     "tool_kind",
     "tool_verb",
@@ -71,6 +72,19 @@ MORE_WRITE_VERBS = frozenset(
 """Verbs that change state beyond ``WRITE_VERBS``: a tool named or described with one writes (``tool_kind``)."""
 
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def snake(name: str) -> str:
+    """A camelCase or PascalCase name in snake_case, the words every naming rule here reads (session 72: a shelter
+    server's ``applicantEmail`` matched no ``email`` seen, so no write could be filled); any other name as it is.
+
+    >>> snake("animalId"), snake("submitApplication"), snake("getHTTPStatus"), snake("book_id"), snake("BP-2041")
+    ('animal_id', 'submit_application', 'get_http_status', 'book_id', 'BP-2041')
+    """
+    return _CAMEL.sub("_", name).lower() if _CAMEL.search(name) else name
+
+
 def tool_kind(name: str, description: str = "") -> str:
     """``"write"`` or ``"read"``: by the verb of the name (``revoke_permit``, ``book``), else by the first word of
     the description ("Extend an active permit ...", "Throw a note away"); a tool named and described by nouns
@@ -81,8 +95,10 @@ def tool_kind(name: str, description: str = "") -> str:
         ('write', 'read')
         >>> tool_kind("hold_at_depot", "Hold a parcel in transit at a depot"), tool_kind("track", "A shipment's status")
         ('write', 'read')
+        >>> tool_kind("recordVaccination"), tool_entity("searchAnimals")
+        ('write', 'animal')
     """
-    head = name.split("_", 1)[0].lower()
+    head = snake(name).split("_", 1)[0].lower()
     if head in READ_VERBS and head != "check":
         return "read"
     if head in WRITE_VERBS | MORE_WRITE_VERBS:
@@ -104,9 +120,14 @@ def singular(word: str) -> str:
     return word
 
 
+_UNCOUNTED = frozenset({"people", "data", "staff", "news", "info", "equipment", "inventory", "feedback", "media"})
+
+
 def plural(noun: str) -> str:
     """A rough plural of an English noun (``member`` -> ``members``, ``category`` -> ``categories``); ``singular``'s
     other half."""
+    if noun in _UNCOUNTED:  # "people", not "peoples"
+        return noun
     if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
         return noun[:-1] + "ies"
     return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
@@ -114,13 +135,13 @@ def plural(noun: str) -> str:
 
 def tool_verb(name: str) -> str:
     """The verb prefix of a tool name (``send_message`` -> ``send``), or ``"other"``."""
-    head = name.split("_", 1)[0].lower()
+    head = snake(name).split("_", 1)[0].lower()
     return head if head in READ_VERBS | WRITE_VERBS else "other"
 
 
 def tool_entity(name: str) -> str:
     """The entity a tool acts on: its name without the verb, singular (``list_todos`` -> ``todo``)."""
-    parts = name.lower().split("_")
+    parts = snake(name).lower().split("_")
     if parts and parts[0] in READ_VERBS | WRITE_VERBS:
         parts = parts[1:]
     return singular("_".join(parts)) if parts else name.lower()
@@ -172,10 +193,10 @@ def derive_profile(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         verbs.setdefault(verb, []).append(name)
         entity(noun)["operations"].add(name)
         for arg in props:
-            if arg.endswith("_id"):
-                entity(arg[:-3])["attributes"].add("id")
-                if arg[:-3] != noun:
-                    entity(arg[:-3])["operations"].add(name)
+            if snake(arg).endswith("_id"):  # ``animalId`` too
+                entity(snake(arg)[:-3])["attributes"].add("id")
+                if snake(arg)[:-3] != noun:
+                    entity(snake(arg)[:-3])["operations"].add(name)
             else:
                 entity(noun)["attributes"].add(arg)
     return {

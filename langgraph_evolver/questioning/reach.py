@@ -21,7 +21,7 @@ from typing import Any
 from langgraph_evolver.types import Trajectory
 
 from .explore_errors import names_record as _names_record
-from .profile import singular, tool_entity, tool_kind
+from .profile import singular, snake, tool_entity, tool_kind
 
 __all__ = ["explain_unreached", "next_setup"]
 
@@ -60,7 +60,7 @@ def next_setup(trajectories: Sequence[Trajectory], round_index: int) -> list[dic
 
 
 def _mentions(name: str, description: str, noun: str) -> bool:
-    text = f"{name.replace('_', ' ')} {description}".lower()
+    text = f"{snake(name).replace('_', ' ')} {description}".lower()
     return bool(re.search(rf"\b{re.escape(noun)}s?\b", text))
 
 
@@ -95,7 +95,7 @@ def explain_unreached(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]
         missing = [a for a in required[name] if _names_record(a)]
         sources = []
         for arg in missing:
-            noun = singular(arg[:-3]) if arg.endswith("_id") else tool_entity(name)
+            noun = singular(snake(arg)[:-3]) if snake(arg).endswith("_id") else tool_entity(name)
             for other in sorted(required):
                 names = tool_entity(other) == noun or _mentions(other, descriptions.get(other, ""), noun)
                 if other != name and names:

@@ -31,7 +31,7 @@ from langgraph_evolver.types import Task, ToolCall, ToolObservation, Trajectory
 
 from .facts import FACT_KEY, fact_questions, table_facts
 from .phrasings import PHRASINGS_KEY, alternates
-from .profile import READ_VERBS, tool_entity, tool_kind, tool_verb
+from .profile import READ_VERBS, snake, tool_entity, tool_kind, tool_verb
 from .wording import (
     Owned,
     Titled,
@@ -72,7 +72,7 @@ def _value(value: Any) -> str:
 
 def _clause(call: ToolCall, rng: random.Random) -> str:
     verb, noun = tool_verb(call.name), tool_entity(call.name).replace("_", " ")
-    args = call.arguments if isinstance(call.arguments, dict) else {}
+    args = {snake(k): v for k, v in (call.arguments if isinstance(call.arguments, dict) else {}).items()}
     ids = [f"{k[:-3].replace('_', ' ')} {v}" for k, v in args.items() if k.endswith("_id")]
     rest = [f"{k.replace('_', ' ')} {_value(v)}" for k, v in args.items() if not k.endswith("_id")]
     first_own = bool(ids) and next(k for k in args if k.endswith("_id"))[:-3] == tool_entity(call.name)

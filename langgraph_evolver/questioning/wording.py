@@ -49,7 +49,7 @@ from typing import Any
 from langgraph_evolver.tool_results import read_result
 from langgraph_evolver.types import ToolCall, ToolObservation
 
-from .profile import READ_VERBS, WRITE_VERBS, plural, singular, tool_entity, tool_kind
+from .profile import READ_VERBS, WRITE_VERBS, plural, singular, snake, tool_entity, tool_kind
 
 __all__ = [
     "NAME_KEYS",
@@ -152,7 +152,9 @@ def searches(arg: str) -> bool:
 
 
 def id_argument(arg: str) -> bool:
-    """Whether an argument holds a record's id by its name (``id``, ``book_id``, ``order_code``, ``order_number``)."""
+    """Whether an argument holds a record's id by its name (``id``, ``book_id``, ``order_code``, ``order_number``,
+    ``animalId``)."""
+    arg = snake(arg)
     return arg == "id" or (arg.endswith(_ID_SUFFIXES) and not any(arg == s for s in _ID_SUFFIXES))
 
 
@@ -162,7 +164,8 @@ def id_values(record: Mapping[str, Any]) -> list[str]:
 
 
 def arg_noun(arg: str) -> str:
-    """What an argument names: ``loan_id`` -> ``loan``, ``due_date`` -> ``due date``."""
+    """What an argument names: ``loan_id`` -> ``loan``, ``due_date`` -> ``due date``, ``animalId`` -> ``animal``."""
+    arg = snake(arg)
     for suffix in _ID_SUFFIXES:
         if arg.endswith(suffix) and len(arg) > len(suffix):
             return arg[: -len(suffix)].replace("_", " ")
@@ -179,7 +182,7 @@ def shown_value(arg: str, value: Any, records: Mapping[Any, str], names: Mapping
     if names and text in names:
         name = names[text]
         return name.phrase if isinstance(name, Owned) else f"'{name}'" if quote else str(name)
-    if arg == "id" or arg.endswith(_ID_SUFFIXES) or re.fullmatch(r"[A-Z]*-?\d[\w-]*|\d+(?:\.\d+)?", text):
+    if id_argument(arg) or re.fullmatch(r"[A-Z]*-?\d[\w-]*|\d+(?:\.\d+)?", text):
         label = records.get(text)
         return f"{text} ({label})" if label and label != text else text
     if isinstance(value, bool):
@@ -225,7 +228,7 @@ def clause(call: ToolCall, description: str, records: Mapping[Any, str], names: 
             else:
                 owned.append(owner.phrase)
             continue
-        numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in arg.split("_")
+        numeric = isinstance(value, int | float) and not isinstance(value, bool) and "id" not in snake(arg).split("_")
         chosen = _choose(phrase, value, shown) if isinstance(value, str) and not id_argument(arg) else None
         if chosen is not None:  # "Move a work order to open, in_progress or done" + status="done": "... to done"
             phrase = chosen
@@ -290,7 +293,7 @@ def _from_name(call: ToolCall, records: Mapping[Any, str], names: Mapping[str, s
                quote: bool = True) -> str:  # fmt: skip
     """A request from the tool's name when it has no description: its words, then the arguments."""
     args = call.arguments if isinstance(call.arguments, dict) else {}
-    words = call.name.replace("_", " ").strip()
+    words = snake(call.name).replace("_", " ").strip()
     parts = [f"{arg_noun(k)} {shown_value(k, v, records, names, quote=quote)}" for k, v in args.items()]
     verb = words.split(" ", 1)[0].lower()
     if words == verb and tool_kind(call.name) == "write":  # "cancel" + booking_id: "cancel booking B1"
