@@ -193,10 +193,11 @@ def derive_profile(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         verbs.setdefault(verb, []).append(name)
         entity(noun)["operations"].add(name)
         for arg in props:
-            if snake(arg).endswith("_id"):  # ``animalId`` too
-                entity(snake(arg)[:-3])["attributes"].add("id")
-                if snake(arg)[:-3] != noun:
-                    entity(snake(arg)[:-3])["operations"].add(name)
+            words = snake(arg)  # ``animalId`` too
+            if words.endswith("_id"):
+                entity(words[:-3])["attributes"].add("id")
+                if words[:-3] != noun:
+                    entity(words[:-3])["operations"].add(name)
             else:
                 entity(noun)["attributes"].add(arg)
     return {

@@ -95,7 +95,8 @@ def explain_unreached(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]
         missing = [a for a in required[name] if _names_record(a)]
         sources = []
         for arg in missing:
-            noun = singular(snake(arg)[:-3]) if snake(arg).endswith("_id") else tool_entity(name)
+            words = snake(arg)
+            noun = singular(words[:-3]) if words.endswith("_id") else tool_entity(name)
             for other in sorted(required):
                 names = tool_entity(other) == noun or _mentions(other, descriptions.get(other, ""), noun)
                 if other != name and names:
