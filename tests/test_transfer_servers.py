@@ -17,7 +17,7 @@ from langgraph_evolver.environment import load_environment
 from langgraph_evolver.types import Action, ToolCall
 
 SERVERS = Path(__file__).resolve().parent.parent / "examples" / "mcp_servers"
-NAMES = ["library", "shipping", "sheets", "helpdesk", "budget", "garage", "shelter"]
+NAMES = ["library", "shipping", "sheets", "helpdesk", "budget", "garage", "shelter", "bikeshop"]
 
 
 def _spec(name: str) -> str:
