@@ -424,6 +424,49 @@ def test_a_named_record_s_field_is_asked_as_a_fact_and_checked_by_its_value():
     assert asked == {"How many copies of Beloved are on the shelf?", "How many of Beloved are available?"}
 
 
+def test_a_row_a_named_record_lists_is_asked_by_the_owner_s_name_and_the_row_s_label():
+    """People ask "What year is Maria Santos's Honda?": a customer's read lists their vehicles, and a vehicle goes
+    by the text that tells it from her others (its make), with what the list holds (a vehicle). The reference is
+    the customer's lookup then the read; the answer the row's field. A lone row goes by its first plain text."""
+    from langgraph_evolver.questioning.facts import fact_questions
+    from langgraph_evolver.questioning.wording import record_names
+    from langgraph_evolver.types import ToolObservation
+
+    def pair(name: str, arguments: dict[str, Any], result: Any) -> tuple[ToolCall, ToolObservation]:
+        return ToolCall(name=name, arguments=arguments), ToolObservation(call_id="", name=name,
+                                                                         content=json.dumps(result))  # fmt: skip
+
+    maria = {
+        "customer_id": "cu_1",
+        "name": "Maria Santos",
+        "vehicles": [
+            {"plate": "KRT482", "make": "Toyota", "year": 2016},
+            {"plate": "MSN907", "make": "Honda", "year": 2019},
+        ],
+    }
+    nora = {"customer_id": "cu_2", "name": "Nora Lind", "vehicles": [{"plate": "NRL246", "make": "Mazda",
+                                                                       "year": 2021}]}  # fmt: skip
+    pairs = [pair("find_customers", {"text": ""}, [{"customer_id": "cu_1", "name": "Maria Santos"},
+                                                   {"customer_id": "cu_2", "name": "Nora Lind"}]),
+             pair("get_customer", {"customer_id": "cu_1"}, maria),
+             pair("get_customer", {"customer_id": "cu_2"}, nora)]  # fmt: skip
+    names = record_names([obs for _, obs in pairs])
+
+    def find(value: str, name: str, _key: str | None = None) -> ToolCall | None:
+        return ToolCall(name="find_customers", arguments={"text": name})
+
+    facts = [f for f in fact_questions(pairs, names, lambda n: False, find, seed=1, id_share=0.0)
+             if f.field.startswith("vehicles.")]  # fmt: skip
+    asked = {f.field: f for f in facts}
+    assert set(asked) == {"vehicles.Toyota.year", "vehicles.Honda.year", "vehicles.Mazda.year"}, asked
+    honda = asked["vehicles.Honda.year"]
+    assert honda.answer == "2019" and "Maria Santos's Honda vehicle" in honda.query and "year" in honda.query
+    assert honda.reference == (ToolCall(name="find_customers", arguments={"text": "Maria Santos"}), pairs[1][0])
+    assert honda.resolves == [[0, "cu_1"]] and "cu_1" not in honda.query and "MSN907" not in honda.query
+    assert "Nora Lind's Mazda vehicle" in asked["vehicles.Mazda.year"].query
+    assert all(len(f.alternates) == 2 and all("Honda" in a or f is not honda for a in f.alternates) for f in facts)
+
+
 def test_a_record_is_not_asked_for_by_the_name_of_a_record_it_refers_to():
     """A transaction row holds its account's id, and that id is named ("Main checking"): the row is not the
     account, so no question asks "What is Main checking's amount?" of it (budget run 1 made five such, each

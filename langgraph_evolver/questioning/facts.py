@@ -88,6 +88,7 @@ def _fields(record: dict[str, Any], name: str) -> Iterator[tuple[str, str]]:
 
 _UNITS = frozenset(
     "cents pence usd eur gbp kg g lb lbs oz km mi m cm mm ml l pct ms secs mins hrs kb mb gb kwh".split()
+    + "seconds minutes hours days weeks months years yrs".split()
 )
 """Units a field's name ends with (``price_cents``, ``weight_kg``): a measure's, not a count's."""
 
@@ -97,11 +98,20 @@ def field_words(field: str) -> str:
 
     >>> field_words("price_cents"), field_words("weight_kg"), field_words("copies_available"), field_words("kg")
     ('price in cents', 'weight in kg', 'copies available', 'kg')
+    >>> field_words("ageYears"), field_words("submittedOn"), field_words("created_at")
+    ('age in years', 'submitted date', 'created time')
     """
     words = snake(field).replace("_", " ").split()
     if len(words) > 1 and words[-1].lower() in _UNITS:
         return f"{' '.join(words[:-1])} in {words[-1]}"
+    if len(words) > 1 and words[-1].lower() in _WHEN:  # "submitted on" -> "submitted date"
+        return " ".join([*words[:-1], _WHEN[words[-1].lower()]])
     return " ".join(words)
+
+
+_WHEN = {"on": "date", "at": "time"}
+"""A field named for when a thing happened (``submittedOn``, ``created_at``): "What is the submitted on of ..."
+says nothing a person would; "the submitted date" does (session 73, shelter's applications)."""
 
 
 def _count_template(field: str, answer: str) -> str | None:
@@ -240,7 +250,7 @@ def fact_questions(
                     continue
                 key, name = (None, records[value]) if value in records else owners[value]
                 fields = sorted(_fields(record, name))
-                lookup = find(value, name, key) if fields else None
+                lookup = find(value, name, key) if fields or nested_rows(record) else None
                 if lookup is None:
                     continue
                 by_name = key is None and not isinstance(name, Titled)  # its own name: its id is asked too
@@ -250,7 +260,8 @@ def fact_questions(
                     templates = _TEMPLATES
                 else:
                     name, templates = Owned(name, tool_entity(lookup.name)).phrase, _PLAIN
-            if not fields:
+            nested = nested_rows(record) if lookup is not None and by_name else []
+            if not fields and not nested:
                 continue
             # the lookup, then the read when it needs the id (a search or listing shows the field itself)
             reference = (call,) if lookup is None else (lookup, call) if needs else (lookup,)
@@ -273,6 +284,10 @@ def fact_questions(
                 counts = [t for t in (described, counted) if t]  # a count reads as one
                 others = _alternates(query, counts or templates, shown)
                 out.append(Fact(query, reference, answer, field, resolves, others))
+            for fact in _nested_facts(nested, name, reference, resolves, rng, per_record):
+                if (value, fact.field) not in seen:
+                    seen.add((value, fact.field))
+                    out.append(fact)
             if (lookup is not None and by_name and (value, "id") not in seen
                     and random.Random(f"id-{seed}-{value}").random() < id_share):  # fmt: skip
                 seen.add((value, "id"))  # the lookup's result shows the id: "What is Chloe Martin's member id?"
@@ -280,6 +295,63 @@ def fact_questions(
                 others = _alternates(query, _ID_TEMPLATES, {"name": name, "entity": entity})
                 out.append(Fact(query, (lookup,), value, "id", resolves, others))
     return out
+
+
+_NESTED = (
+    "What is the {field} of {name}'s {label} {noun}?",
+    "Tell me the {field} of {name}'s {label} {noun}.",
+    "Look up {name}'s {label} {noun} and tell me its {field}.",
+)
+"""A field of a record listed inside a named one, by the owner's name and the row's label: "What is the year of
+Maria Santos's Honda vehicle?" (a customer's ``vehicles``), "What is the date of Luna's rabies vaccination?"."""
+
+
+def nested_rows(record: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The lists of objects a record holds under its keys, each with its key: a customer's ``vehicles``, an
+    animal's ``vaccinations``, an order's ``items``; objects with or without ids of their own.
+
+    >>> nested_rows({"id": "cu_1", "name": "Maria", "vehicles": [{"make": "Honda", "year": 2019}], "tags": ["a"]})
+    [('vehicles', [{'make': 'Honda', 'year': 2019}])]
+    """
+    return [(str(k), v) for k, v in record.items()
+            if isinstance(v, list) and v and all(isinstance(r, dict) and r for r in v)]  # fmt: skip
+
+
+def _nested_facts(nested: Sequence[tuple[str, list[dict[str, Any]]]], name: str, reference: tuple[ToolCall, ...],
+                  resolves: list[list[Any]], rng: random.Random, per_record: int) -> Iterator[Fact]:  # fmt: skip
+    """Fact questions about the rows a named record lists (``nested_rows``): per list, up to ``per_record`` rows
+    (drawn with ``rng``), one plain field each asked by the owner's name and the row's label, a text that tells
+    it from its siblings (``_label_column``: "Maria Santos's Honda vehicle"). The reference is the record's own
+    fields': its lookup, then its read when that needs the id. No count of the rows: the filter keeps an answer a
+    read returned, and a list's length seldom is one. People ask this way ("What year is Maria Santos's
+    Honda?"); session 73 found such questions among a garage's hand-written requests, its adapter stopping after
+    the lookup or answering a year it made up."""
+    for key, rows in nested:
+        noun_words = snake(key).lower().replace("_", " ").split()
+        noun = " ".join([*noun_words[:-1], singular(noun_words[-1])]) if noun_words else ""
+        if not noun:
+            continue
+        label = _label_column(rows) if len(rows) > 1 else _single_label(rows[0])
+        if label is None:
+            continue
+        for row in rng.sample(rows, min(per_record, len(rows))):
+            tag = str(row[label]).strip()
+            fields = [(f, a) for f, a in sorted(_fields(row, tag)) if f != label and a.lower() != tag.lower()]
+            if not fields or tag.lower() == str(name).lower():
+                continue
+            field, answer = rng.choice(fields)
+            shown = {"field": field_words(field), "name": name, "label": tag, "noun": noun}
+            query = rng.choice(_NESTED).format(**shown)
+            yield Fact(query, reference, answer, f"{key}.{tag}.{field}", resolves, _alternates(query, _NESTED, shown))
+
+
+def _single_label(row: dict[str, Any]) -> str | None:
+    """The key a lone row goes by: a name, else its first short text with no digit that is not an id."""
+    keys = [k for k in row if not id_argument(str(k)) and isinstance(row[k], str) and row[k].strip()
+            and len(row[k]) <= _MAX_TEXT]  # fmt: skip
+    named = [k for k in keys if str(k).lower() in NAME_KEYS]
+    plain = [k for k in keys if not any(ch.isdigit() for ch in row[k])]
+    return (named or plain or [None])[0]
 
 
 def _goes_by(record: dict[str, Any], name: str) -> bool:

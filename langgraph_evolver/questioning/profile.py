@@ -111,8 +111,15 @@ def tool_kind(name: str, description: str = "") -> str:
     return "read"
 
 
+_IRREGULAR = {"people": "person", "children": "child", "men": "man", "women": "woman", "staff": "staff"}
+"""Plurals no rule makes: a ``searchPeople`` tool's record is a person ("Priya Nair's person id", not "people id")."""
+
+
 def singular(word: str) -> str:
-    """A rough singular of an English noun (``contacts`` -> ``contact``, ``todos`` -> ``todo``)."""
+    """A rough singular of an English noun (``contacts`` -> ``contact``, ``todos`` -> ``todo``, ``people`` ->
+    ``person``)."""
+    if word.lower() in _IRREGULAR:
+        return _IRREGULAR[word.lower()]
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
     if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
@@ -128,6 +135,9 @@ def plural(noun: str) -> str:
     other half."""
     if noun in _UNCOUNTED:  # "people", not "peoples"
         return noun
+    plurals = {one: many for many, one in _IRREGULAR.items()}
+    if noun.lower() in plurals:  # "person" -> "people"
+        return plurals[noun.lower()]
     if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
         return noun[:-1] + "ies"
     return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
