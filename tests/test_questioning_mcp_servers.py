@@ -694,6 +694,36 @@ def test_an_error_that_names_only_what_the_record_is_queues_no_read():
     assert explorer.next_call("depth").arguments == {"person_id": "P3", "desk_id": "D1"}
 
 
+def test_a_lookup_that_finds_by_id_too_is_tried_with_the_ids_seen_and_noun_first_names_are_read():
+    """``member_lookup(who)`` finds a member "by member id, email or name": its free text takes the member ids a bike
+    listing showed, not only the id its error's example named (session 73's bike shop read one member of six). A
+    noun-first name says what it does by its later verb (``rental_end`` writes, ``member_lookup`` reads)."""
+    from langgraph_evolver.questioning.explore import _Explorer
+    from langgraph_evolver.questioning.profile import tool_entity, tool_kind
+    from langgraph_evolver.types import ToolObservation
+
+    text = {"type": "string"}
+    tools = [{"name": "bike_find", "description": "Search every bike.",
+              "parameters": {"properties": {"text": text}, "required": ["text"]}},
+             {"name": "member_lookup", "description": "A member's card, found by member id (M-0042), email or name.",
+              "parameters": {"properties": {"who": text}, "required": ["who"]}},
+             {"name": "rental_end", "description": "Check a hired bike back in.",
+              "parameters": {"properties": {"bike": text}, "required": ["bike"]}}]  # fmt: skip
+    explorer = _Explorer(tools, seed=0)
+    assert not explorer.tools["member_lookup"]["writes"] and explorer.tools["rental_end"]["writes"]
+    assert (tool_entity("member_lookup"), tool_kind("ticket_add_part", "Use parts from stock")) == ("member", "write")
+    explorer.last_call = ToolCall(name="bike_find", arguments={"text": ""})
+    bikes = [
+        {"code": "BK-1", "owner": {"member_id": "M-0012", "name": "Ada"}},
+        {"code": "BK-2", "owner": {"member_id": "M-0070", "name": "Ben"}},
+    ]
+    explorer.observe([ToolObservation(call_id="1", name="bike_find", content=json.dumps(bikes))])
+    asked = {explorer.arguments("member_lookup", recent=False)["who"] for _ in range(12)}
+    assert {"M-0012", "M-0070"} <= asked, asked
+    # a search that does not say it finds by id is not given ids
+    assert not {explorer.arguments("bike_find", recent=False)["text"] for _ in range(6)} & {"M-0012", "M-0070"}
+
+
 def test_a_record_asked_by_a_bare_number_says_what_the_number_is():
     """A ticket whose read took ``ticket_id=104`` is "ticket 104" in its fact questions ("What is the status of
     104?" names nothing a person would say), on the help desk server's own ``get_ticket`` result."""

@@ -41,6 +41,7 @@ from .lexicon import plausible_text
 from .offered import numbers_named, suggested_values
 from .profile import singular, snake, tool_entity, tool_kind
 from .prompts import DEFAULT_EXPLORE_GOAL
+from .wording import searches
 
 __all__ = [
     "EXPLORE_QUERY",
@@ -284,7 +285,7 @@ class _Explorer:
             items = prop.get("items") or {}
             ok, value = self._fill(singular(arg), items, recent=recent, depth=depth + 1)
             return ok, [value] if ok else None
-        values = self.candidates(arg, json_type, recent=recent)
+        values = self.candidates(arg, json_type, recent=recent) or self._ids_to_search(arg, json_type)
         hinted = [v for v in (_fits(h, json_type) for h in self.hints.get(arg, ())) if v is not None]
         if hinted and (not values or self.rng.random() < 0.5):  # what the server said it takes
             return True, self.rng.choice(hinted)
@@ -311,6 +312,19 @@ class _Explorer:
             self.written.add(text)
             return True, text
         return False, None
+
+    def _ids_to_search(self, arg: str, json_type: str | None) -> list[Any]:
+        """Ids of the tool's own entity seen anywhere (``member_id`` values a bike listing showed), for the free text
+        of a read that says it finds its records by id too ("A member's card, found by member id, email ... or
+        name": ``member_lookup(who)``). Without them the explorer read only the member its error's example named
+        (session 73: 63 of a bike shop's 443 candidates named M-0042, 11 any other member)."""
+        if not searches(arg) or self.tools.get(self._tool, {}).get("writes", True):
+            return []
+        if not re.search(r"\bids?\b", self.descriptions.get(self._tool, "").lower()):
+            return []
+        key = f"{tool_entity(self._tool)}_id"
+        found = (_fits(s.value, json_type) for s in self.seen if s.key == key)
+        return list(dict.fromkeys(v for v in found if v is not None))
 
     def _probe(self, arg: str) -> str:
         """The next broad value for a read tool's free-text ``arg``: the examples its description offers, then

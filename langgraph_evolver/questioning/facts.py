@@ -93,14 +93,24 @@ _UNITS = frozenset(
 """Units a field's name ends with (``price_cents``, ``weight_kg``): a measure's, not a count's."""
 
 
-def field_words(field: str) -> str:
-    """How a question names a field: its words, a trailing unit after "in" ("price in cents", not "price cents").
+def field_words(field: str, answer: str = "") -> str:
+    """How a question names a field: its words, a trailing unit after "in" ("price in cents", not "price cents"); a
+    field holding a date (``answer``) that its name does not say is one reads "joined date", not "joined".
 
     >>> field_words("price_cents"), field_words("weight_kg"), field_words("copies_available"), field_words("kg")
     ('price in cents', 'weight in kg', 'copies available', 'kg')
     >>> field_words("ageYears"), field_words("submittedOn"), field_words("created_at")
     ('age in years', 'submitted date', 'created time')
+    >>> field_words("joined", "2024-03-01"), field_words("due_date", "2024-03-01"), field_words("joined", "yes")
+    ('joined date', 'due date', 'joined')
     """
+    words = _field_words(field)
+    if re.match(r"\d{4}-\d{2}-\d{2}", answer) and not {"date", "day", "time", "on", "at", "when"} & set(words.split()):
+        return f"{words} date"
+    return words
+
+
+def _field_words(field: str) -> str:
     words = snake(field).replace("_", " ").split()
     if len(words) > 1 and words[-1].lower() in _UNITS:
         return f"{' '.join(words[:-1])} in {words[-1]}"
@@ -279,7 +289,7 @@ def fact_questions(
                 template = described
                 if template is None or rng.random() < 0.5:
                     template = counted or rng.choice(templates)
-                shown = {"name": name, "field": field_words(field), "entity": entity}
+                shown = {"name": name, "field": field_words(field, answer), "entity": entity}
                 query = template.format(**shown)
                 counts = [t for t in (described, counted) if t]  # a count reads as one
                 others = _alternates(query, counts or templates, shown)
@@ -340,7 +350,7 @@ def _nested_facts(nested: Sequence[tuple[str, list[dict[str, Any]]]], name: str,
             if not fields or tag.lower() == str(name).lower():
                 continue
             field, answer = rng.choice(fields)
-            shown = {"field": field_words(field), "name": name, "label": tag, "noun": noun}
+            shown = {"field": field_words(field, answer), "name": name, "label": tag, "noun": noun}
             query = rng.choice(_NESTED).format(**shown)
             yield Fact(query, reference, answer, f"{key}.{tag}.{field}", resolves, _alternates(query, _NESTED, shown))
 
@@ -469,7 +479,7 @@ def table_facts(pairs: Sequence[tuple[ToolCall, ToolObservation]], writes: Calla
                 if listed and search is not None:
                     read = ToolCall(name=call.name, arguments={**args, search: label})
                 field, answer = rng.choice(fields)
-                shown = {"name": label, "field": field_words(field)}
+                shown = {"name": label, "field": field_words(field, answer)}
 
                 def asked(text: str, where: str = where, scope: str = scope) -> str:
                     return f"{text[:-1]}{scope}{text[-1]} {where}".rstrip()

@@ -66,7 +66,7 @@ MORE_WRITE_VERBS = frozenset(
         "trigger", "execute", "deploy", "install", "uninstall", "allocate", "join", "leave", "unassign", "reassign",
         "link", "unlink", "connect", "disconnect", "append", "copy", "clone", "duplicate", "promote", "demote",
         "notify", "remind", "settle", "refill", "revert", "undo", "redo", "acknowledge", "reopen", "snooze",
-        "dismiss", "bookmark", "checkin", "enqueue", "dequeue", "push", "rsvp",
+        "dismiss", "bookmark", "checkin", "enqueue", "dequeue", "push", "rsvp", "hire", "end",
     }
 )  # fmt: skip
 """Verbs that change state beyond ``WRITE_VERBS``: a tool named or described with one writes (``tool_kind``)."""
@@ -97,8 +97,12 @@ def tool_kind(name: str, description: str = "") -> str:
         ('write', 'read')
         >>> tool_kind("recordVaccination"), tool_entity("searchAnimals")
         ('write', 'animal')
+        >>> tool_kind("rental_end", "Check a hired bike back in"), tool_kind("ticket_add_part", "Use parts from stock")
+        ('write', 'write')
+        >>> tool_kind("member_lookup", "A member's card"), tool_kind("blog_post", "A blog post by its id")
+        ('read', 'read')
     """
-    head = snake(name).split("_", 1)[0].lower()
+    head = _name_verb(name, description)
     if head in READ_VERBS and head != "check":
         return "read"
     if head in WRITE_VERBS | MORE_WRITE_VERBS:
@@ -143,17 +147,52 @@ def plural(noun: str) -> str:
     return noun + "es" if noun.endswith(("s", "x", "ch", "sh")) else noun + "s"
 
 
-def tool_verb(name: str) -> str:
-    """The verb prefix of a tool name (``send_message`` -> ``send``), or ``"other"``."""
-    head = snake(name).split("_", 1)[0].lower()
-    return head if head in READ_VERBS | WRITE_VERBS else "other"
+_DETERMINERS = frozenset({"a", "an", "the", "one", "all", "every", "each", "this", "that", "its", "their"})
+"""First words of a description that name a thing, not an act: "A blog post by its id" says ``blog_post`` reads,
+where the name alone ends in a verb."""
+
+
+def _verb_index(name: str, description: str = "") -> int | None:
+    """Where the verb of a tool's name is among its snake_case words: first (``add_part``), else, for a name
+    that puts its noun first (``member_lookup``, ``ticket_add_part``, ``rental_end``; session 73's bike-shop
+    server), its last verb, unless the description opens with a determiner (``blog_post``: "A blog post ...");
+    ``None`` when no word is a verb."""
+    words = snake(name).lower().split("_")
+    verbs = READ_VERBS | WRITE_VERBS | MORE_WRITE_VERBS
+    if words[0] in verbs:
+        return 0
+    later = [i for i, w in enumerate(words) if i and w in verbs]
+    opening = re.findall(r"[a-z]+", description.lower())[:1]
+    if not later or opening and opening[0] in _DETERMINERS:
+        return None
+    return later[-1]
+
+
+def _name_verb(name: str, description: str = "") -> str:
+    at = _verb_index(name, description)
+    return "other" if at is None else snake(name).lower().split("_")[at]
+
+
+def tool_verb(name: str, description: str = "") -> str:
+    """The verb of a tool name (``send_message`` -> ``send``, ``ticket_update`` -> ``update``: ``_verb_index``)
+    when it is a read or a plain write, or ``"other"``."""
+    verb = _name_verb(name, description)
+    return verb if verb in READ_VERBS | WRITE_VERBS else "other"
 
 
 def tool_entity(name: str) -> str:
-    """The entity a tool acts on: its name without the verb, singular (``list_todos`` -> ``todo``)."""
+    """The entity a tool acts on: its name without the verb, singular (``list_todos`` -> ``todo``,
+    ``member_lookup`` -> ``member``, ``ticket_add_part`` -> ``ticket``: the words before a later verb).
+
+    >>> tool_entity("list_todos"), tool_entity("member_lookup"), tool_entity("ticket_add_part")
+    ('todo', 'member', 'ticket')
+    """
     parts = snake(name).lower().split("_")
-    if parts and parts[0] in READ_VERBS | WRITE_VERBS:
+    at = _verb_index(name)
+    if at == 0 and parts[0] in READ_VERBS | WRITE_VERBS:
         parts = parts[1:]
+    elif at is not None and at > 0:
+        parts = parts[:at]
     return singular("_".join(parts)) if parts else name.lower()
 
 

@@ -142,13 +142,23 @@ def _first_clause(description: str) -> str:
     return first.strip().rstrip(".,")
 
 
-SEARCH_ARGS = ("query", "q", "name", "title", "search", "text", "term", "keyword")
+SEARCH_ARGS = ("query", "name", "title", "search", "text", "term", "keyword")
 """Words of an argument's name that make it the free text a search matches (``find_payee(text=...)``)."""
 
 
+_SEARCH_WORDS = frozenset({"q", "who"})
+"""Short names of a search's free text, matched as whole words (``who``: a bike-shop's ``member_lookup(who)``, by
+id, email or name); a substring "q" made ``quantity`` a search."""
+
+
 def searches(arg: str) -> bool:
-    """Whether an argument is a search's free text by its name (``query``, ``text``, ``name_contains``)."""
-    return any(w in arg.lower() for w in SEARCH_ARGS)
+    """Whether an argument is a search's free text by its name (``query``, ``text``, ``name_contains``, ``who``).
+
+    >>> searches("name_contains"), searches("queryText"), searches("who"), searches("quantity")
+    (True, True, True, False)
+    """
+    words = snake(arg).lower().split("_")
+    return any(w in arg.lower() for w in SEARCH_ARGS) or bool(_SEARCH_WORDS.intersection(words))
 
 
 def id_argument(arg: str) -> bool:
