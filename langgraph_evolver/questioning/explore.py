@@ -189,6 +189,9 @@ class _Explorer:
                 "writes": tool_kind(fn["name"], fn.get("description") or "") == "write",
                 "ends": _ends_record(fn["name"], fn.get("description") or ""),
             }
+        self.listed = {tool_entity(n) for n, t in self.tools.items() if not t["writes"]} - {""}
+        """What the read tools find (``bike_find``: bike): an argument named so (``rental_start(bike)``) takes one of
+        their records' ids, never a made-up "bike 7" (session 73's bike shop opened no ticket, hired no bike)."""
         self.descriptions = {schema.get("function", schema)["name"]: schema.get("function", schema).get("description")
                              or "" for schema in tools}  # fmt: skip
         self.numbers = {name: numbers_named(text) for name, text in self.descriptions.items()}
@@ -252,6 +255,7 @@ class _Explorer:
         keys = {arg, *_SYNONYMS.get(arg, ())}
         head, _, suffix = arg.rpartition("_")
         entity = head if head and suffix in _ID_SUFFIXES else None
+        bare = arg if entity is None and arg in self.listed else None  # ``bike``: a bike's code or number
         tiers: tuple[list[_Seen], ...] = ([], [], [], [])
         for s in self.seen:
             value = _fits(s.value, json_type)
@@ -262,6 +266,8 @@ class _Explorer:
             if s.key in keys:
                 tiers[0].append(s)
             elif entity is not None and s.key in (suffix, entity) and entity in s.entity:
+                tiers[1].append(s)
+            elif bare is not None and _id_like(s.key) and s.entity.split()[-1:] == [bare]:
                 tiers[1].append(s)
             elif s.key.endswith(f"_{arg}") or (s.key not in _ID_SUFFIXES and arg.endswith(f"_{s.key}")):
                 tiers[2].append(s)
@@ -291,7 +297,7 @@ class _Explorer:
             return True, self.rng.choice(hinted)
         if values:
             return True, self.rng.choice(values)
-        if _names_record(arg):
+        if self._record_arg(arg):
             return False, None
         if json_type in ("string", None) and _is_date(arg, prop):
             return True, self._date(prop)
@@ -370,7 +376,11 @@ class _Explorer:
             return self._known(singular(arg), prop.get("items") or {}, recent=recent, depth=depth + 1)
         if self.candidates(arg, _json_type(prop), recent=recent, only_recent=recent, loose=False):
             return True
-        return not recent and not _names_record(arg)
+        return not recent and not self._record_arg(arg)
+
+    def _record_arg(self, arg: str) -> bool:
+        """Whether only a value seen can fill ``arg``: an id (``names_record``) or a record a read tool finds."""
+        return _names_record(arg) or snake(arg) in self.listed
 
     def fillable(self, name: str, *, recent: bool = False) -> bool:
         tool = self.tools[name]

@@ -39,6 +39,9 @@ _KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
      ("Called the customer back", "Waiting for the new part", "Fixed in the latest update", "Moved to next week",
       "Sent the invoice again", "Checked and confirmed", "Needs a second review", "Customer will reply by Friday",
       "Left a voicemail", "Replaced the cable")),
+    (("problem", "issue", "fault", "symptom", "complaint", "defect"),
+     ("Makes a grinding noise", "Stopped working this morning", "Needs a general check-up", "Slow leak",
+      "Loose handle", "Squeaks when in use", "Warning light came on", "Cracked casing")),
     (("header", "headers", "column", "columns", "field", "fields", "category", "categories", "tag", "tags",
       "label", "labels", "department", "team"),
      ("Notes", "Total", "Owner", "Due date", "Region", "Cost", "Priority", "Supplier", "Travel", "Marketing")),
@@ -68,7 +71,7 @@ def plausible_text(arg: str, rng: random.Random, taken: Collection[str] = ()) ->
         >>> rng = random.Random(0)
         >>> plausible_text("patient", rng) in _PEOPLE, plausible_text("resolution", rng) is not None
         (True, True)
-        >>> plausible_text("headers", rng, taken={*_KINDS[8][1][:-1]})
+        >>> plausible_text("headers", rng, taken={*_KINDS[9][1][:-1]})
         'Marketing'
         >>> plausible_text("sku", rng) is None
         True
