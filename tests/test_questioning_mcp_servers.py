@@ -711,6 +711,7 @@ def test_a_lookup_that_finds_by_id_too_is_tried_with_the_ids_seen_and_noun_first
               "parameters": {"properties": {"bike": text}, "required": ["bike"]}}]  # fmt: skip
     explorer = _Explorer(tools, seed=0)
     assert not explorer.tools["member_lookup"]["writes"] and explorer.tools["rental_end"]["writes"]
+    assert not explorer.fillable("rental_end")  # ``bike`` is what bike_find finds: no made-up "bike 7"
     assert (tool_entity("member_lookup"), tool_kind("ticket_add_part", "Use parts from stock")) == ("member", "write")
     explorer.last_call = ToolCall(name="bike_find", arguments={"text": ""})
     bikes = [
@@ -718,6 +719,10 @@ def test_a_lookup_that_finds_by_id_too_is_tried_with_the_ids_seen_and_noun_first
         {"code": "BK-2", "owner": {"member_id": "M-0070", "name": "Ben"}},
     ]
     explorer.observe([ToolObservation(call_id="1", name="bike_find", content=json.dumps(bikes))])
+    assert explorer.fillable("rental_end") and explorer.arguments("rental_end", recent=False)["bike"] in {
+        "BK-1",
+        "BK-2",
+    }
     asked = {explorer.arguments("member_lookup", recent=False)["who"] for _ in range(12)}
     assert {"M-0012", "M-0070"} <= asked, asked
     # a search that does not say it finds by id is not given ids
