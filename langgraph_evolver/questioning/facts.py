@@ -88,7 +88,7 @@ def _fields(record: dict[str, Any], name: str) -> Iterator[tuple[str, str]]:
 
 _UNITS = frozenset(
     "cents pence usd eur gbp kg g lb lbs oz km mi m cm mm ml l pct ms secs mins hrs kb mb gb kwh".split()
-    + "seconds minutes hours days weeks months years yrs".split()
+    + "seconds minutes hours days weeks months years yrs p ct".split()
 )
 """Units a field's name ends with (``price_cents``, ``weight_kg``): a measure's, not a count's."""
 
@@ -103,6 +103,8 @@ def field_words(field: str, answer: str = "") -> str:
     ('age in years', 'submitted date', 'created time')
     >>> field_words("joined", "2024-03-01"), field_words("due_date", "2024-03-01"), field_words("joined", "yes")
     ('joined date', 'due date', 'joined')
+    >>> field_words("day_rate_p"), field_words("p")
+    ('day rate in pence', 'p')
     """
     words = _field_words(field)
     if re.match(r"\d{4}-\d{2}-\d{2}", answer) and not {"date", "day", "time", "on", "at", "when"} & set(words.split()):
@@ -112,6 +114,8 @@ def field_words(field: str, answer: str = "") -> str:
 
 def _field_words(field: str) -> str:
     words = snake(field).replace("_", " ").split()
+    if len(words) > 1 and words[-1].lower() in _UNIT_WORDS:  # "total_p": "total in pence"
+        return f"{' '.join(words[:-1])} in {_UNIT_WORDS[words[-1].lower()]}"
     if len(words) > 1 and words[-1].lower() in _UNITS:
         return f"{' '.join(words[:-1])} in {words[-1]}"
     if len(words) > 1 and words[-1].lower() in _WHEN:  # "submitted on" -> "submitted date"
@@ -119,6 +123,9 @@ def _field_words(field: str) -> str:
     return " ".join(words)
 
 
+_UNIT_WORDS = {"p": "pence", "ct": "cents", "secs": "seconds", "mins": "minutes", "hrs": "hours",
+               "yrs": "years"}  # fmt: skip
+"""Units a field's name abbreviates (``day_rate_p``): a question says the word ("day rate in pence")."""
 _WHEN = {"on": "date", "at": "time"}
 """A field named for when a thing happened (``submittedOn``, ``created_at``): "What is the submitted on of ..."
 says nothing a person would; "the submitted date" does (session 73, shelter's applications)."""
@@ -346,11 +353,12 @@ def _nested_facts(nested: Sequence[tuple[str, list[dict[str, Any]]]], name: str,
             continue
         for row in rng.sample(rows, min(per_record, len(rows))):
             tag = str(row[label]).strip()
+            shown_tag = f"'{tag}'" if len(tag.split()) > 2 else tag  # "Grace's 'Warning light came on' ticket"
             fields = [(f, a) for f, a in sorted(_fields(row, tag)) if f != label and a.lower() != tag.lower()]
             if not fields or tag.lower() == str(name).lower():
                 continue
             field, answer = rng.choice(fields)
-            shown = {"field": field_words(field, answer), "name": name, "label": tag, "noun": noun}
+            shown = {"field": field_words(field, answer), "name": name, "label": shown_tag, "noun": noun}
             query = rng.choice(_NESTED).format(**shown)
             yield Fact(query, reference, answer, f"{key}.{tag}.{field}", resolves, _alternates(query, _NESTED, shown))
 
