@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -406,6 +407,32 @@ def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_its_name_pas
     assert "no person 'Grace Hopper'" in results[0] and "P8" in results[1]
     assert turns[-1]["content"].startswith("Done") and turns[-1]["content"] == adapt_data.confirmation(results[-1])
     assert tools  # the server's tools, as the agent sees them
+
+
+def test_a_task_naming_a_record_is_also_taught_as_the_recovery_from_an_id_made_up():
+    """Shelter run 2's adapter opened "What breed is Rocky?" with ``getAnimal(animalId=13)``, an id no one gave,
+    and repeated it after the error. With ``invented`` the chat that begins with the first call after the lookups,
+    its looked-up id replaced by one of its shape, and the server's real error (out of the loss), then the
+    reference, teaches the way back; a task naming no record has none."""
+    from trainers.evolve.adapt_data import invented_chat
+
+    lookup = ToolCall(name="search_people", arguments={"query": "Grace Hopper"})
+    send = ToolCall(name="send_message", arguments={"person_id": "P8", "text": "hi"})
+    task = Task(id="named", query="Send 'hi' to 'Grace Hopper'.", env=SEARCH, reference_solution=(lookup, send),
+                metadata={"resolves": [[0, "P8"]]})  # fmt: skip
+    env = environment_factory(SEARCH)(task)
+    try:
+        messages, _ = invented_chat(env, task, random.Random(0))
+        assert invented_chat(env, dataclasses.replace(task, metadata={}), random.Random(0)) is None
+    finally:
+        env.close()
+    turns = [m for m in messages if m["role"] != "system"][1:]
+    calls = [(m["tool_calls"][0]["function"], m.get("weight", 1)) for m in turns if m.get("tool_calls")]
+    wrong = calls[0][0]["arguments"]["person_id"]
+    assert re.fullmatch(r"P\d", wrong) and wrong != "P8" and calls[0][1] == 0, calls
+    assert calls[1:] == [({"name": "search_people", "arguments": {"query": "Grace Hopper"}}, 1),
+                         ({"name": "send_message", "arguments": {"person_id": "P8", "text": "hi"}}, 1)]  # fmt: skip
+    assert "no person" in [m["content"] for m in turns if m["role"] == "tool"][0]
 
 
 def test_a_task_is_also_taught_as_the_answer_after_a_repeat_of_its_last_call():

@@ -101,6 +101,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mistake_chats", action="store_true",
                    help="also supervise each sft task begun with a mistake of its first call and the server's error "
                    "(off: on library it did not help, docs/your-domain.md)")  # fmt: skip
+    p.add_argument(
+        "--invented_chats",
+        action="store_true",
+        help="also supervise each sft task that names records begun with its first call after the lookups "
+        "made with an id no one gave, and the server's error (off until measured; docs/your-domain.md)",
+    )
     p.add_argument("--swap_chats", type=int, default=3,
                    help="also supervise up to N copies of each sft task's first call with the request's values "
                    "swapped for others the same argument took (0: off; docs/your-domain.md has the A/B)")  # fmt: skip
@@ -359,7 +365,8 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
     examples, counts = supervised_examples(tasks, own, tokenizer, environment_factory(run.args.env),
                                            seed=run.args.seed, with_mistakes=run.args.mistake_chats,
                                            swaps=run.args.swap_chats, others=others,
-                                           repeats=run.args.repeat_guard and not run.args.agent)  # fmt: skip
+                                           repeats=run.args.repeat_guard and not run.args.agent,
+                                           invented=run.args.invented_chats)  # fmt: skip
     if not examples:
         raise EvolverError(f"none of the {len(tasks)} sft tasks gave a supervised example (their references no "
                            "longer replay): rerun with a fresh --output_dir.")  # fmt: skip
@@ -367,7 +374,8 @@ def supervise_phase(run: Run, d: Path) -> dict[str, Any]:
                                max_steps=run.args.sft_steps, progress=not run.args.no_progress,
                                dtype=run.args.train_dtype)  # fmt: skip
     return {"sft_examples": len(examples), "from_own_rollouts": counts["own"], "from_references": counts["reference"],
-            "from_recoveries": counts["recovery"], "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
+            "from_recoveries": counts["recovery"], "from_inventions": counts["invented"],
+            "from_mistakes": counts["mistake"], "from_swaps": counts["swap"],
             "from_repeats": counts["repeat"], "skipped": counts["skipped"],
             **{f"sft_{k}": v for k, v in trained.items()}}  # fmt: skip
 
@@ -554,6 +562,7 @@ def _line(run: Run, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "sft_from_own_rollouts": results["supervise"]["from_own_rollouts"],
         "sft_recoveries": results["supervise"].get("from_recoveries", 0),  # absent in a supervise done before
         "sft_mistakes": results["supervise"].get("from_mistakes", 0),
+        "sft_inventions": results["supervise"].get("from_inventions", 0),
         "sft_swaps": results["supervise"].get("from_swaps", 0),
         "sft_repeats": results["supervise"].get("from_repeats", 0),
         "grpo_steps": results["grpo"]["grpo_steps"],

@@ -232,6 +232,51 @@ def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict
     return _after_mistake(env, task, wrong)
 
 
+def invented_id(value: Any, rng: random.Random) -> Any:
+    """An id of ``value``'s shape that no one gave: a small number for a number (adapted models opened "What breed
+    is Rocky?" with ``getAnimal(animalId=13)``), the digits of a text id redrawn (``wo_3fa2`` -> ``wo_7fa5``), a
+    digit added to a text id with none; never ``value`` itself.
+
+    Example:
+        >>> rng = random.Random(0)
+        >>> invented_id(1032, rng) != 1032, isinstance(invented_id(1032, rng), int), invented_id("M-0042", rng)[:2]
+        (True, True, 'M-')
+        >>> invented_id("abc", rng)[:3], invented_id("7", rng) != "7"
+        ('abc', True)
+    """
+    for _ in range(20):
+        if isinstance(value, int) and not isinstance(value, bool):
+            made: Any = rng.randint(1, 99)
+        elif re.search(r"\d", str(value)):
+            made = re.sub(r"\d", lambda _: str(rng.randint(0, 9)), str(value))
+        else:
+            made = f"{value}{rng.randint(1, 9)}"
+        if str(made) != str(value):
+            return made
+    return f"{value}0"
+
+
+def invented_chat(env: Any, task: Task, rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The chat of a task that names records, begun with the call a model makes when it invents the id it was
+    not given: the first call after the lookups with each looked-up id replaced by one of its shape that no one
+    gave (``invented_id``), the server's real error (weighted 0, out of the loss; it often says which tool finds
+    the record), then the reference. Shelter run 2's adapter opened held-out requests so, repeated the call
+    after that error and answered with a value it made up (session 73); ``recovery_chat`` teaches the other
+    mistake, the names where the ids go. ``None`` for a task that names no record or when that call does not
+    fail."""
+    reference = list(task.reference_solution or ())
+    resolves = [(int(i), str(v)) for i, v in task.metadata.get("resolves") or () if 0 <= int(i) < len(reference)]
+    lookups, ids = {i for i, _ in resolves}, {v for _, v in resolves}
+    first = next((c for i, c in enumerate(reference) if i not in lookups and isinstance(c.arguments, dict)
+                  and any(str(v) in ids for v in c.arguments.values())), None)  # fmt: skip
+    if first is None:
+        return None
+    args = first.arguments if isinstance(first.arguments, dict) else {}
+    wrong = ToolCall(name=first.name, arguments={k: invented_id(v, rng) if str(v) in ids else v
+                                                 for k, v in args.items()})  # fmt: skip
+    return _after_mistake(env, task, wrong)
+
+
 def _after_mistake(env: Any, task: Task, wrong: ToolCall) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The chat of ``task`` begun with ``wrong`` and the server's real error (that turn weighted 0, out of the
     loss), then its reference and answer; ``None`` when ``wrong`` does not fail."""
@@ -370,22 +415,24 @@ def _own_examples(trajectory: Trajectory) -> list[tuple[list[int], list[int]]]:
 def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], tokenizer: Any,
                         env_factory: Callable[[Task], Any], *, max_length: int = 2048, seed: int = 0,
                         with_mistakes: bool = False, swaps: int = 0, others: Sequence[Task] = (),
-                        repeats: bool = False) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
+                        repeats: bool = False, invented: bool = False,
+                        ) -> tuple[list[Example], dict[str, int]]:  # fmt: skip
     """Token ids and labels for every sft task, and how many came from where (``own``, ``reference``,
     ``recovery``, ``mistake``, ``swap``, ``repeat``, ``skipped``).
 
-    A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on
-    its reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). With
+    A task the model solved (reward 1.0 in ``rollouts``) is supervised on its own best rollout; any other on its
+    reference, and a task that names records also on its ``recovery_chat`` (counted in ``recovery``). With
     ``with_mistakes`` every task taught by its reference is also taught once as the way back from a mistake
     (``mistake_chat``, drawn with ``seed``; counted in ``mistake``). With ``swaps`` it is also taught up to that
     many times as its first call with the request's values swapped (``swapped_tasks`` over the values the sft
-    references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``).
-    A reference that no longer replays (the tool raised) is skipped, not taught; so is a swap chat whose request
-    does not render, alone (each counted in ``skipped``). With ``repeats`` it is also taught as the answer after
-    a repeat of its last call (``repeat_chat``; counted in ``repeat``). Each chat made of a task asks in the
-    task's next wording (``phrasings.phrased``: its request, then its ``PHRASINGS_KEY`` in turn), the swaps in
-    the one after (in its request when that one quotes no value once): the same calls under the shapes people
-    ask in, at no more examples.
+    references took, never making a request of ``tasks`` or ``others``, the other parts; counted in ``swap``). A
+    reference that no longer replays (the tool raised) is skipped, not taught; so is a swap chat whose request does
+    not render, alone (each counted in ``skipped``). With ``repeats`` it is also taught as the answer after a repeat
+    of its last call (``repeat_chat``; counted in ``repeat``). With ``invented`` a task that names records is also
+    taught as the way back from an id made up (``invented_chat``; counted in ``invented``). Each chat made of a task
+    asks in the task's next wording (``phrasings.phrased``: its request, then its ``PHRASINGS_KEY`` in turn), the
+    swaps in the one after (in its request when that one quotes no value once): the same calls under the shapes
+    people ask in, at no more examples.
     """
     from trainers.tiny import encode_example
 
@@ -395,7 +442,8 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
         if (t.reward or 0.0) >= 1.0 and t.task.id not in solved:
             solved[t.task.id] = t
     examples: list[tuple[list[int], list[int]]] = []
-    counts = {"own": 0, "reference": 0, "recovery": 0, "mistake": 0, "swap": 0, "repeat": 0, "skipped": 0}
+    counts = {"own": 0, "reference": 0, "recovery": 0, "invented": 0, "mistake": 0, "swap": 0, "repeat": 0,
+              "skipped": 0}  # fmt: skip
     values = swap_values(tasks) if swaps else {}
     avoid = {folded(t.query) for t in [*tasks, *others]}
     for task in tasks:
@@ -408,6 +456,7 @@ def supervised_examples(tasks: Sequence[Task], rollouts: Sequence[Trajectory], t
             env = env_factory(task)
             try:
                 makers = [("reference", reference_chat), ("recovery", recovery_chat),
+                          ("invented", (lambda e, t: invented_chat(e, t, rng)) if invented else None),
                           ("mistake", (lambda e, t: mistake_chat(e, t, rng)) if with_mistakes else None),
                           ("repeat", repeat_chat if repeats else None)]  # fmt: skip
                 chats, worded = [], 0  # each chat made asks in the task's next wording (``phrased``)
