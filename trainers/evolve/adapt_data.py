@@ -257,13 +257,10 @@ def invented_id(value: Any, rng: random.Random) -> Any:
 
 
 def invented_chat(env: Any, task: Task, rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """The chat of a task that names records, begun with the call a model makes when it invents the id it was
-    not given: the first call after the lookups with each looked-up id replaced by one of its shape that no one
-    gave (``invented_id``), the server's real error (weighted 0, out of the loss; it often says which tool finds
-    the record), then the reference. Shelter run 2's adapter opened held-out requests so, repeated the call
-    after that error and answered with a value it made up (session 73); ``recovery_chat`` teaches the other
-    mistake, the names where the ids go. ``None`` for a task that names no record or when that call does not
-    fail."""
+    """A task that names records begun with its first call after the lookups made with ids no one gave
+    (``invented_id``) and the server's real error (out of the loss), then its reference: shelter run 2's adapter
+    opened held-out requests so and repeated the call after the error (session 73). ``recovery_chat`` teaches
+    the names where the ids go. ``None`` for a task that names no record or when that call does not fail."""
     reference = list(task.reference_solution or ())
     resolves = [(int(i), str(v)) for i, v in task.metadata.get("resolves") or () if 0 <= int(i) < len(reference)]
     lookups, ids = {i for i, _ in resolves}, {v for _, v in resolves}
