@@ -261,13 +261,13 @@ def fact_questions(
                     continue
                 fields = sorted(_fields(record, value))
                 templates: tuple[str, ...] = (_POSSESSIVE, *_PLAIN)
-                lookup, name, by_name = None, _id_named(args, value), False
+                lookup, name, by_name, rows = None, _id_named(args, value), False, []
             else:
                 if needs - {value}:  # the read needs ids other than this record's
                     continue
                 key, name = (None, records[value]) if value in records else owners[value]
-                fields = sorted(_fields(record, name))
-                lookup = find(value, name, key) if fields or nested_rows(record) else None
+                fields, rows = sorted(_fields(record, name)), nested_rows(record)
+                lookup = find(value, name, key) if fields or rows else None
                 if lookup is None:
                     continue
                 by_name = key is None and not isinstance(name, Titled)  # its own name: its id is asked too
@@ -277,7 +277,7 @@ def fact_questions(
                     templates = _TEMPLATES
                 else:
                     name, templates = Owned(name, tool_entity(lookup.name)).phrase, _PLAIN
-            nested = nested_rows(record) if lookup is not None and by_name else []
+            nested = rows if by_name else []  # the rows a record lists, asked by its own name only
             if not fields and not nested:
                 continue
             # the lookup, then the read when it needs the id (a search or listing shows the field itself)
@@ -348,7 +348,10 @@ def _nested_facts(nested: Sequence[tuple[str, list[dict[str, Any]]]], name: str,
         noun = " ".join([*noun_words[:-1], singular(noun_words[-1])]) if noun_words else ""
         if not noun:
             continue
-        label = _label_column(rows) if len(rows) > 1 else _single_label(rows[0])
+        # a lone row goes by a name or a plain text that is not an id: the label column of it alone, ids left out
+        label = _label_column(
+            rows if len(rows) > 1 else [{k: v for k, v in rows[0].items() if not id_argument(str(k))}]
+        )
         if label is None:
             continue
         for row in rng.sample(rows, min(per_record, len(rows))):
@@ -361,15 +364,6 @@ def _nested_facts(nested: Sequence[tuple[str, list[dict[str, Any]]]], name: str,
             shown = {"field": field_words(field, answer), "name": name, "label": shown_tag, "noun": noun}
             query = rng.choice(_NESTED).format(**shown)
             yield Fact(query, reference, answer, f"{key}.{tag}.{field}", resolves, _alternates(query, _NESTED, shown))
-
-
-def _single_label(row: dict[str, Any]) -> str | None:
-    """The key a lone row goes by: a name, else its first short text with no digit that is not an id."""
-    keys = [k for k in row if not id_argument(str(k)) and isinstance(row[k], str) and row[k].strip()
-            and len(row[k]) <= _MAX_TEXT]  # fmt: skip
-    named = [k for k in keys if str(k).lower() in NAME_KEYS]
-    plain = [k for k in keys if not any(ch.isdigit() for ch in row[k])]
-    return (named or plain or [None])[0]
 
 
 def _goes_by(record: dict[str, Any], name: str) -> bool:

@@ -22,7 +22,7 @@ import random
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,13 +223,17 @@ def recovery_chat(env: Any, task: Task) -> tuple[list[dict[str, Any]], list[dict
         shown = [_step(env, [], f"lookup_{i}", reference[i])]
         found = {**{k: owner for k, (_, owner) in record_owners(shown).items()}, **record_names(shown)}
         names.update({str(v): found[str(v)] for j, v in task.metadata["resolves"] if j == i and str(v) in found})
-    first = next((c for i, c in enumerate(reference) if i not in lookups and isinstance(c.arguments, dict)
-                  and any(str(v) in names for v in c.arguments.values())), None)  # fmt: skip
+    first = _first_taking(reference, lookups, names)
     if first is None:
         return None
-    args = first.arguments if isinstance(first.arguments, dict) else {}
-    wrong = ToolCall(name=first.name, arguments={k: names.get(str(v), v) for k, v in args.items()})
+    wrong = ToolCall(name=first.name, arguments={k: names.get(str(v), v) for k, v in first.arguments.items()})
     return _after_mistake(env, task, wrong)
+
+
+def _first_taking(reference: Sequence[ToolCall], lookups: set[int], ids: Collection[str]) -> ToolCall | None:
+    """The first reference call after the lookups (not one of ``lookups``) whose arguments hold one of ``ids``."""
+    return next((c for i, c in enumerate(reference) if i not in lookups and isinstance(c.arguments, dict)
+                 and any(str(v) in ids for v in c.arguments.values())), None)  # fmt: skip
 
 
 def invented_id(value: Any, rng: random.Random) -> Any:
@@ -264,13 +268,11 @@ def invented_chat(env: Any, task: Task, rng: random.Random) -> tuple[list[dict[s
     reference = list(task.reference_solution or ())
     resolves = [(int(i), str(v)) for i, v in task.metadata.get("resolves") or () if 0 <= int(i) < len(reference)]
     lookups, ids = {i for i, _ in resolves}, {v for _, v in resolves}
-    first = next((c for i, c in enumerate(reference) if i not in lookups and isinstance(c.arguments, dict)
-                  and any(str(v) in ids for v in c.arguments.values())), None)  # fmt: skip
+    first = _first_taking(reference, lookups, ids)
     if first is None:
         return None
-    args = first.arguments if isinstance(first.arguments, dict) else {}
     wrong = ToolCall(name=first.name, arguments={k: invented_id(v, rng) if str(v) in ids else v
-                                                 for k, v in args.items()})  # fmt: skip
+                                                 for k, v in first.arguments.items()})  # fmt: skip
     return _after_mistake(env, task, wrong)
 
 
