@@ -614,6 +614,49 @@ def test_a_killed_heldout_phase_reads_back_the_starting_model_s_rollouts_it_wrot
     assert played_before(tmp_path, tasks, 2) is None
 
 
+def test_a_killed_evaluation_keeps_each_model_it_finished_and_plays_only_the_rest(tmp_path):
+    """Each model's rollouts are written as soon as it finishes; a rerun after a kill plays only the models not
+    written in full (bikeshop run 1, session 73, lost its adapter's finished held-out rollouts while the slow
+    starting model was still playing)."""
+    from types import SimpleNamespace
+
+    from langgraph_evolver.types import Task, Trajectory, read_jsonl
+    from trainers.evolve.adapt import _evaluate
+
+    tasks = [Task(id=f"t{i}", query=f"q{i}") for i in range(3)]
+    played: list[str] = []
+
+    class Killed(Exception):
+        pass
+
+    class FakeRun:  # what _evaluate uses of adapt.Run: the adapter plays first, then the starting model is killed
+        args = SimpleNamespace(k=2, seed=0, min_gain=0.0)
+
+        def __init__(self, kill: bool) -> None:
+            self.kill = kill
+
+        def side_by_side(self, plays):
+            return {name: plays[name](0) for name in sorted(plays, reverse=True)}  # "supervised" before "before"
+
+        def rollouts(self, tasks, adapter, *, k, seed, slot=0):
+            name = "before" if adapter is None else "supervised"
+            if name == "before" and self.kill:
+                raise Killed
+            played.append(name)
+            reward = 0.0 if adapter is None else 1.0
+            return [Trajectory(id=f"{name}-{t.id}-{s}", task=t, reward=reward, rollout_index=s)
+                    for t in tasks for s in range(k)]  # fmt: skip
+
+    candidates = {"supervised": tmp_path / "adapter"}
+    with pytest.raises(Killed):
+        _evaluate(FakeRun(kill=True), tasks, candidates, tmp_path)
+    assert played == ["supervised"] and len(list(read_jsonl(tmp_path / "supervised.jsonl", Trajectory))) == 6
+    result = _evaluate(FakeRun(kill=False), tasks, candidates, tmp_path)
+    assert played == ["supervised", "before"]  # the adapter was read back, not played again
+    assert result["before"] == 0.0 and result["after"] == 1.0 and result["chosen"] == "supervised"
+    assert (tmp_path / "after.jsonl").read_text() == (tmp_path / "supervised.jsonl").read_text()
+
+
 def test_a_restarted_server_loads_the_adapters_again_and_rollouts_that_all_failed_are_an_error(tmp_path):
     """GRPO stops the evaluations' server and the gate starts a new one: the adapters the first one held are not
     in the second, so their names are forgotten (session 67: the held-out phase asked for the supervised adapter

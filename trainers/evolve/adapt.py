@@ -385,20 +385,22 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
     """The starting model and each candidate on ``tasks``, k samples each, the same seeds; the best candidate
     there (the first on a tie) gated against the starting model. ``after.jsonl`` holds the chosen one's rollouts.
     ``ran``: rollouts of the same tasks and seeds made before (the validate phase's ``before`` and ``supervised``),
-    read instead of played again."""
+    read instead of played again. Each model's rollouts are written to ``d/<name>.jsonl`` as soon as it finishes,
+    and a rerun after a kill reads back every model written in full (``adapt_data.played_before``): bikeshop run 1
+    (session 73) lost its adapter's finished held-out rollouts while the starting model was still playing."""
     from langgraph_evolver.types import write_jsonl
     from trainers.evaluate import summarize
 
     from .gate import decide_paired, sample_rewards
 
-    k, seed, ran = run.args.k, run.args.seed, ran or {}
+    k, seed = run.args.k, run.args.seed
     models: dict[str, Path | None] = {"before": None, **candidates}
+    ran = {**{n: rows for n in models if (rows := (played_before(d, tasks, k, name=n) or {}).get(n))}, **(ran or {})}
 
     def player(name: str, adapter: Path | None) -> Callable[[int], list[Any]]:
         def play(slot: int) -> list[Any]:
             rows = run.rollouts(tasks, adapter, k=k, seed=seed, slot=slot)
-            if name == "before":  # at once: a rerun after a kill reads it back (adapt_data.played_before)
-                write_jsonl(d / "before.jsonl", rows)
+            write_jsonl(d / f"{name}.jsonl", rows)  # at once: a rerun after a kill reads it back
             return rows
 
         return play
@@ -410,8 +412,7 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
     scored: dict[str, tuple[float, list[Any]]] = {}
     for name in candidates:
         after = played[name]
-        if len(candidates) > 1:
-            write_jsonl(d / f"{name}.jsonl", after)
+        write_jsonl(d / f"{name}.jsonl", after)
         scored[name] = (summarize(after, k)["all"][f"avg@{k}"], after)
     chosen = max(scored, key=lambda name: scored[name][0])
     mean, after = scored[chosen]
@@ -477,7 +478,7 @@ def _heldout(run: Run, d: Path) -> dict[str, Any]:
                           "docs/mcp.md) or Task objects (id, query, reference_solution).") from e  # fmt: skip
     if not tasks:
         raise ConfigError(f"--heldout {path} holds no tasks.")
-    return {"tasks": len(tasks), **_evaluate(run, tasks, dict([_chosen(run)]), d, played_before(d, tasks, run.args.k))}
+    return {"tasks": len(tasks), **_evaluate(run, tasks, dict([_chosen(run)]), d)}
 
 
 def _promote(run: Run, adapter: Path) -> str:
