@@ -29,7 +29,7 @@ from langgraph_evolver.questioning import (
     synthesize,
     synthesize_tasks,
 )
-from langgraph_evolver.types import Action, Task, ToolCall, read_jsonl
+from langgraph_evolver.types import Action, Task, ToolCall, ToolObservation, read_jsonl
 from tests.test_experience_pool import HashEmbeddings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,6 +371,59 @@ def test_one_tool_is_in_at_most_its_share_of_the_kept_tasks(monkeypatch):
     # no cap: everything, writes first
     kept, _, over_cap = pipeline._filter_preferring_writes(pool, descriptions, 8)
     assert len(kept) == 8 and over_cap == 0
+
+
+def test_the_records_a_task_names_take_turns_and_one_is_in_at_most_its_share(monkeypatch):
+    """An explorer reaches some records more than others (bikeshop run 1: 23 of 100 tasks named member M-0042 /
+    Jonas Weber, and its adapter then looked that member up for a question about inner tubes). Among tasks about
+    equally used tools, the one whose values were kept least comes first, and past ``record_cap`` kept tasks
+    passing one value, its candidates are left out unfiltered (counted)."""
+    from collections import Counter
+
+    from langgraph_evolver.questioning import pipeline
+    from langgraph_evolver.questioning.filters import FilterReport
+
+    def task(i: int, who: str, name: str = "member_lookup") -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=(ToolCall(name=name, arguments={"who": who}),))
+
+    descriptions = {"member_lookup": "A member's card, by id or name.", "stock_find": "Parts in the shop."}
+    pool = [task(0, "Jonas"), task(1, "Jonas"), task(2, "Jonas"), task(3, "Maya"), task(4, "Jonas"),
+            task(5, "Tom"), task(6, "Jonas"), task(7, "tube", "stock_find")]  # fmt: skip
+
+    def key(t: Task) -> frozenset[str]:
+        return pipeline._tools_of(t, descriptions)
+
+    order = [t.id for t in pipeline._balanced(pool, key, Counter())]
+    # the tools take turns first (stock_find once member_lookup was kept), then the members
+    assert order[:5] == ["t0", "t7", "t3", "t5", "t1"], order
+    monkeypatch.setattr(pipeline, "filter_tasks", lambda tasks, **_: (list(tasks), FilterReport()))
+    kept, _, over_cap = pipeline._filter_preferring_writes(pool, descriptions, 8, record_cap=2)
+    assert sorted(t.id for t in kept) == ["t0", "t1", "t3", "t5", "t7"] and over_cap == 3
+    # one Jonas task kept in an earlier exploration: one more now
+    kept, _, _ = pipeline._filter_preferring_writes(pool, descriptions, 8, record_cap=2, kept_before=[task(9, "Jonas")])
+    assert sum(t.reference_solution[0].arguments["who"] == "Jonas" for t in kept) == 1
+
+
+def test_a_record_goes_by_its_nickname_and_a_stock_list_with_one_long_name_is_still_asked_about():
+    """People call a hire bike by its nickname ("Who's got Bluebell?"), and ask how many of a part are left: a
+    nickname names a record with no name (a person's name still wins), and a list of parts whose names are mostly
+    short is asked about by them, the long ones left out (session 74, bikeshop)."""
+    from langgraph_evolver.questioning.facts import table_facts
+    from langgraph_evolver.questioning.wording import record_names
+
+    bikes = [{"frame_number": "RLP8812", "nickname": "Marge", "make": "Raleigh"},
+             {"frame_number": "DWG0716", "nickname": None, "make": "Dawes"},
+             {"member_id": "M-7", "name": "Ada Novak", "nickname": "Ace"}]  # fmt: skip
+    assert record_names([ToolObservation(call_id="c", name="bike_find", content=json.dumps(bikes))]) == {
+        "RLP8812": "Marge", "M-7": "Ada Novak"}  # fmt: skip
+    stock = [{"sku": "tube-700", "name": "Inner tube 700x25c", "in_stock": 12},
+             {"sku": "chain-8", "name": "Chain 8-speed", "in_stock": 6},
+             {"sku": "tyre-16", "name": "Tyre Schwalbe Marathon 16x1.35 (Brompton)", "in_stock": 3}]  # fmt: skip
+    call = ToolCall(name="stock_find", arguments={"text": ""})
+    facts = table_facts([(call, ToolObservation(call_id="c", name="stock_find", content=json.dumps(stock)))],
+                        lambda name: False, seed=0)  # fmt: skip
+    assert sorted(f.reference[0].arguments["text"] for f in facts) == ["Chain 8-speed", "Inner tube 700x25c"]
+    assert {f.answer for f in facts} <= {"tube-700", "12", "chain-8", "6"}
 
 
 def test_reads_are_kept_in_the_reading_tools_share_one_fact_questions_first(monkeypatch):

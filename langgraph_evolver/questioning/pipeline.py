@@ -95,16 +95,39 @@ def _tools_of(task: Task, descriptions: Mapping[str, str]) -> frozenset[str]:
     return frozenset(writes or ({calls[-1].name} if calls else set()))
 
 
+def _values_of(task: Task) -> frozenset[str]:
+    """The text values a task's reference passes (``"=Jonas Weber"``, ``"=R2026-031"``, ``"=available"``): the
+    records and choices it is about, apart from its tools (the leading ``=`` keeps them apart from tool names).
+    Numbers are left out: a quantity of 1 is no record.
+
+    Example:
+        >>> from langgraph_evolver.types import Task, ToolCall
+        >>> sorted(_values_of(Task(id="t", query="q", reference_solution=[
+        ...     ToolCall(name="member_lookup", arguments={"who": "Jonas Weber"}),
+        ...     ToolCall(name="rental_start", arguments={"bike": "BK-26", "member_id": "M-0042", "days": 3})])))
+        ['=BK-26', '=Jonas Weber', '=M-0042']
+    """
+    values = (v for c in task.reference_solution or () if isinstance(c.arguments, dict) for v in c.arguments.values())
+    return frozenset(f"={v.strip()}" for v in values if isinstance(v, str) and v.strip())
+
+
 def _balanced(pool: Sequence[Task], key: Callable[[Task], frozenset[str]], before: Counter[str]) -> list[Task]:
     """``pool`` reordered so the tools its tasks are about (``key``) take turns, the tools kept least so far
-    (``before``) first: each next task is the first whose most-used tool is used least. An explorer that calls
-    one tool that always works ("join the waiting list") would otherwise fill the store with it, and a model
-    trained on that store learns to open every task with it."""
+    (``before``) first: each next task is the first whose most-used tool is used least, and among those the one
+    whose most-used value (``_values_of``) is used least. An explorer that calls one tool that always works
+    ("join the waiting list") would otherwise fill the store with it, and a model trained on that store learns to
+    open every task with it; one record asked about again and again (23 of bikeshop run 1's 100 tasks named
+    member M-0042 / Jonas Weber) is copied into requests about other things (session 74: "How many 700x25 inner
+    tubes have we got left?" -> ``member_lookup(who="M-0042")``)."""
     counts, left, out = Counter(before), list(pool), []
+
+    def most_used(keys: frozenset[str]) -> int:
+        return max((counts[k] for k in keys), default=0)
+
     while left:
-        best = min(range(len(left)), key=lambda i: (max((counts[k] for k in key(left[i])), default=0), i))
+        best = min(range(len(left)), key=lambda i: (most_used(key(left[i])), most_used(_values_of(left[i])), i))
         task = left.pop(best)
-        counts.update(key(task))
+        counts.update(key(task) | _values_of(task))
         out.append(task)
     return out
 
@@ -114,6 +137,22 @@ MAX_TOOL_SHARE = 0.25
 tools are few (``_tool_cap``): a write that always works, whatever its arguments ("create a sheet named 'name 35'",
 "join the waiting list", "create a shipment"), is otherwise in half the synthesized tasks, and a model trained on
 them opens every task with it. Fewer tasks than asked for are kept rather than more of one tool's."""
+
+
+MAX_RECORD_SHARE = 0.1
+"""The most of the tasks asked for that may pass one value (``_values_of``: a record's id or name, a status): the
+explorer reaches some records more than others, and bikeshop run 1 kept 23 of 100 tasks about one member
+(session 74). Fewer tasks than asked for are kept rather than more about one record."""
+
+
+def _record_cap(n: int) -> int:
+    """How many of ``n`` tasks may pass one value (``MAX_RECORD_SHARE``, always ``_MIN_CAP``).
+
+    Example:
+        >>> _record_cap(100), _record_cap(12)
+        (10, 5)
+    """
+    return max(_MIN_CAP, math.ceil(n * MAX_RECORD_SHARE))
 
 
 _MIN_CAP = 5
@@ -139,6 +178,7 @@ def _filter_preferring_writes(
     *,
     kept_before: Sequence[Task] = (),
     cap: int | None = None,
+    record_cap: int | None = None,
     multi_cap: int | None = None,
     **options: Any,
 ) -> tuple[list[Task], FilterReport, int]:
@@ -146,15 +186,16 @@ def _filter_preferring_writes(
     the writing tools' share of ``wanted`` (``_read_share``), then those that only read, questions of one fact
     first, then the other writes. The filters stop at the number wanted (each replay starts a fresh instance: an
     MCP server process). Within each, the tools the tasks are about take turns, those least kept so far
-    (``kept_before``) first (``_balanced``). A candidate about a tool already in ``cap`` tasks is left out
-    unfiltered: it is counted in the third value returned, after the kept tasks and the filters' report. So is one
-    that asks for more than one thing (``INTENTS_KEY``) once ``multi_cap`` such tasks are kept; within each pool
-    the tasks that ask for one thing come first."""
+    (``kept_before``) first, then the values they pass (``_balanced``). A candidate about a tool already in ``cap``
+    tasks is left out unfiltered: it is counted in the third value returned, after the kept tasks and the filters'
+    report. So is one that passes a value already in ``record_cap`` kept tasks (``_values_of``), and one that asks
+    for more than one thing (``INTENTS_KEY``) once ``multi_cap`` such tasks are kept; within each pool the tasks
+    that ask for one thing come first."""
 
     def key(task: Task) -> frozenset[str]:
         return _tools_of(task, descriptions)
 
-    counts = Counter(k for t in kept_before for k in key(t))
+    counts = Counter(k for t in kept_before for k in key(t) | _values_of(t))
     pools: dict[bool, list[Task]] = {True: [], False: []}
     for task in candidates:
         calls = task.reference_solution or ()
@@ -172,8 +213,10 @@ def _filter_preferring_writes(
         pool = pools[writes]
         while pool and len(kept) < limit:
             task = pool.pop(0)
-            if (cap is not None and any(counts[k] >= cap for k in key(task))) or (
-                multi_cap is not None and asks_several(task) and multi >= multi_cap
+            if (
+                (cap is not None and any(counts[k] >= cap for k in key(task)))
+                or (record_cap is not None and any(counts[v] >= record_cap for v in _values_of(task)))
+                or (multi_cap is not None and asks_several(task) and multi >= multi_cap)
             ):
                 over_cap += 1
                 continue
@@ -181,7 +224,7 @@ def _filter_preferring_writes(
             report = report.merge(batch)
             kept.extend(new)
             multi += sum(map(asks_several, new))
-            counts.update(k for t in new for k in key(t))
+            counts.update(k for t in new for k in key(t) | _values_of(t))
     return kept, report, over_cap
 
 
@@ -333,6 +376,7 @@ async def asynthesize_tasks(
                 descriptions.update(trajectory.metadata.get("tool_descriptions") or {})
                 new, batch, over = _filter_preferring_writes(candidates, descriptions, wanted, kept_before=kept,
                                                              cap=_tool_cap(n, len(descriptions)),
+                                                             record_cap=_record_cap(n),
                                                              multi_cap=round(n * MULTI_SHARE), env_factory=factory,
                                                              index=index, fingerprint=fingerprint)  # fmt: skip
                 over_cap += over

@@ -72,7 +72,10 @@ __all__ = [
 ]
 
 _ID_SUFFIXES = ("_id", "_code", "_number", "_key")
-NAME_KEYS = ("name", "title", "label", "full_name", "display_name")
+NAME_KEYS = ("name", "title", "label", "full_name", "display_name", "nickname", "nick", "alias", "known_as",
+             "short_name", "common_name")  # fmt: skip
+"""Keys of a record that hold what people call it, the first found wins: a hire bike goes by its nickname
+("Marge"; bikeshop, session 74), a person by their name before any nickname."""
 OWNER_KEYS = ("recipient", "owner", "customer", "client", "member", "patient", "guest", "holder", "assignee",
                "requester", "sender", "user", "host", "tenant", "buyer", "employee", "student")  # fmt: skip
 """Keys of a record that hold the person it belongs to: a record with no name goes by theirs."""
