@@ -65,3 +65,25 @@ def test_the_unchosen_adapters_replay_names_the_missing_adapter(tmp_path, capsys
     with pytest.raises(SystemExit):
         main(argv)
     assert f"no supervised adapter to play ({run / '4-supervise' / 'adapter'})" in capsys.readouterr().err
+
+
+def test_the_scaled_adapter_is_a_copy_whose_update_is_scaled(tmp_path):
+    """``adapt_scale.py`` serves ``W + s * BA`` by scaling ``lora_alpha`` (and any per-module alpha) in a copy under
+    its output folder (the policy server loads weights from there only); the run's adapter is not touched, and a
+    scale of 0 or less is refused."""
+    import pytest
+
+    from benchmarks.adapt_scale import scaled_adapter
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {"r": 16, "lora_alpha": 32, "alpha_pattern": {"q_proj": 8}}
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    out = scaled_adapter(adapter, 0.5, tmp_path / "out")
+    scaled = json.loads((out / "adapter_config.json").read_text())
+    assert out.parent == tmp_path / "out" and (out / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert scaled["lora_alpha"] == 16 and scaled["alpha_pattern"] == {"q_proj": 4} and scaled["r"] == 16
+    assert json.loads((adapter / "adapter_config.json").read_text()) == config
+    with pytest.raises(SystemExit):
+        scaled_adapter(adapter, 0.0, tmp_path / "out")
