@@ -16,7 +16,8 @@ PACKAGES = [
     "langgraph_evolver.questioning.profile",  # how names are read (snake, tool_kind)
     "langgraph_evolver.questioning.offered",  # the values an error offers (suggested_values)
     "langgraph_evolver.questioning.lexicon",  # the everyday text a write gets (plausible_text)
-    "langgraph_evolver.questioning.pipeline",  # what is kept (_tool_cap, _record_cap, _values_of, _read_share)
+    "langgraph_evolver.questioning.pipeline",  # what is kept (_tool_cap, _record_cap, _values_of)
+    "langgraph_evolver.questioning.synthesize",  # what is drawn (intents, read_share)
     "langgraph_evolver.experience",
     "langgraph_evolver.context",
     "langgraph_evolver.ingest",

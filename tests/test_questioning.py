@@ -426,6 +426,47 @@ def test_a_record_goes_by_its_nickname_and_a_stock_list_with_one_long_name_is_st
     assert {f.answer for f in facts} <= {"tube-700", "12", "chain-8", "6"}
 
 
+def test_an_exploration_s_sample_holds_the_writes_in_their_share_however_many_facts_it_offers():
+    """A server whose records list many rows offers far more fact questions than writes (bikeshop: 448 of 873
+    candidates): the sample an exploration offers the pipeline draws the reads at most in the reading tools' share,
+    so the pipeline, which keeps writes first, has writes to keep; without writes to tell apart, as before."""
+    from langgraph_evolver.questioning.synthesize import _sample
+
+    def task(i: int, name: str) -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=(ToolCall(name=name, arguments={}),))
+
+    pool = [task(i, "get_part") for i in range(20)] + [task(20 + i, "add_part") for i in range(10)]
+
+    def writes(t: Task) -> bool:
+        return t.reference_solution[0].name == "add_part"
+
+    for seed in range(3):
+        drawn = _sample(pool, 10, seed, writes, 0.4)
+        assert len(drawn) == 10 and sum(map(writes, drawn)) == 6 and len({t.id for t in drawn}) == 10
+    assert sum(map(writes, _sample(pool[:23], 10, 0, writes, 0.4))) == 3  # too few writes: reads fill the rest
+    assert [t.id for t in _sample(pool, 10, 1)] == [t.id for t in _sample(pool, 10, 1, None)]  # no kinds: by chance
+
+
+def test_tasks_that_only_read_are_kept_up_to_their_cap_over_all_explorations(monkeypatch):
+    """Fact questions replay more often than writes, so an exploration's reads filled what its writes left and the
+    store drifted to reads (bikeshop: 27 of 100 kept tasks wrote, 48 before its many stock facts): past
+    ``read_cap`` reads kept, here and before, a read is left out unfiltered (counted); writes are still kept."""
+    from langgraph_evolver.questioning import pipeline
+    from langgraph_evolver.questioning.filters import FilterReport
+
+    def task(i: int, name: str) -> Task:
+        return Task(id=f"t{i}", query=f"q{i}", reference_solution=(ToolCall(name=name, arguments={"x": f"v{i}"}),))
+
+    descriptions = {"get_part": "One part's details.", "add_part": "Use a part on a repair ticket."}
+    pool = [task(i, "get_part") for i in range(6)] + [task(6, "add_part"), task(7, "add_part")]
+    monkeypatch.setattr(pipeline, "filter_tasks", lambda tasks, **_: (list(tasks), FilterReport()))
+    kept, _, over_cap = pipeline._filter_preferring_writes(pool, descriptions, 8, read_cap=3,
+                                                           kept_before=[task(9, "get_part")])  # fmt: skip
+    assert sorted(t.id for t in kept) == ["t0", "t1", "t6", "t7"] and over_cap == 4
+    kept, _, over_cap = pipeline._filter_preferring_writes(pool, descriptions, 8)
+    assert len(kept) == 8 and over_cap == 0
+
+
 def test_reads_are_kept_in_the_reading_tools_share_one_fact_questions_first(monkeypatch):
     """Half the tools read: half the tasks kept from an exploration may only read (a third before), and a one-fact
     question ("What is the author of Beloved?") is filtered before a plain read of the same tool."""
@@ -445,7 +486,7 @@ def test_reads_are_kept_in_the_reading_tools_share_one_fact_questions_first(monk
     monkeypatch.setattr(pipeline, "filter_tasks", lambda tasks, **_: (list(tasks), FilterReport()))
     kept, _, _ = pipeline._filter_preferring_writes([*writes, *reads], descriptions, 6)
     assert [t.id for t in kept] == ["t0", "t1", "t2", "t7", "t8", "t6"], [t.id for t in kept]
-    assert pipeline._read_share({"borrow": "Lend a copy of a book."}) == pytest.approx(1 / 3)  # a third at least
+    assert pipeline.read_share({"borrow": "Lend a copy of a book."}) == pytest.approx(1 / 3)  # a third at least
 
 
 def test_an_id_under_a_number_key_brings_the_call_that_created_it():

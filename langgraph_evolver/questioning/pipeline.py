@@ -38,6 +38,7 @@ from .synthesize import (
     Describer,
     asks_several,
     phrasing_overlap,
+    read_share,
     synthesize,
 )
 from .synthesize_llm import LLMSynthesizer
@@ -93,6 +94,11 @@ def _tools_of(task: Task, descriptions: Mapping[str, str]) -> frozenset[str]:
     calls = task.reference_solution or ()
     writes = {c.name for c in calls if tool_kind(c.name, descriptions.get(c.name, "")) == "write"}
     return frozenset(writes or ({calls[-1].name} if calls else set()))
+
+
+def _writes(task: Task, descriptions: Mapping[str, str]) -> bool:
+    """Whether a task's reference calls a tool ``tool_kind`` reads as a write."""
+    return any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in task.reference_solution or ())
 
 
 def _values_of(task: Task) -> frozenset[str]:
@@ -155,6 +161,9 @@ def _record_cap(n: int) -> int:
     return max(_MIN_CAP, math.ceil(n * MAX_RECORD_SHARE))
 
 
+_STALE_READS = 3
+"""Explorations in a row that keep nothing after which the tasks that only read are no longer capped at their share
+(``read_share``): a server whose writes seldom replay still gets its tasks."""
 _MIN_CAP = 5
 _STALE = 5
 """Explorations in a row that keep nothing new while candidates are left out for the cap: exploring stops."""
@@ -179,18 +188,20 @@ def _filter_preferring_writes(
     kept_before: Sequence[Task] = (),
     cap: int | None = None,
     record_cap: int | None = None,
+    read_cap: int | None = None,
     multi_cap: int | None = None,
     **options: Any,
 ) -> tuple[list[Task], FilterReport, int]:
     """``filter_tasks`` one candidate at a time until ``wanted`` are kept: those that call a write tool first, up to
-    the writing tools' share of ``wanted`` (``_read_share``), then those that only read, questions of one fact
+    the writing tools' share of ``wanted`` (``synthesize.read_share``), then those that only read, questions of one fact
     first, then the other writes. The filters stop at the number wanted (each replay starts a fresh instance: an
     MCP server process). Within each, the tools the tasks are about take turns, those least kept so far
     (``kept_before``) first, then the values they pass (``_balanced``). A candidate about a tool already in ``cap``
     tasks is left out unfiltered: it is counted in the third value returned, after the kept tasks and the filters'
-    report. So is one that passes a value already in ``record_cap`` kept tasks (``_values_of``), and one that asks
-    for more than one thing (``INTENTS_KEY``) once ``multi_cap`` such tasks are kept; within each pool the tasks
-    that ask for one thing come first."""
+    report. So is one that passes a value already in ``record_cap`` kept tasks (``_values_of``), one that only
+    reads once ``read_cap`` such tasks are kept (these and before), and one that asks for more than one thing
+    (``INTENTS_KEY``) once ``multi_cap`` such tasks are kept; within each pool the tasks that ask for one thing
+    come first."""
 
     def key(task: Task) -> frozenset[str]:
         return _tools_of(task, descriptions)
@@ -198,17 +209,17 @@ def _filter_preferring_writes(
     counts = Counter(k for t in kept_before for k in key(t) | _values_of(t))
     pools: dict[bool, list[Task]] = {True: [], False: []}
     for task in candidates:
-        calls = task.reference_solution or ()
-        pools[any(tool_kind(c.name, descriptions.get(c.name, "")) == "write" for c in calls)].append(task)
+        pools[_writes(task, descriptions)].append(task)
     pools[False].sort(key=lambda t: FACT_KEY not in t.metadata)  # "Who wrote Middlemarch?" before "tell me the books"
     pools = {writes: [*_balanced([t for t in pool if not asks_several(t)], key, counts),
                       *_balanced([t for t in pool if asks_several(t)], key, counts)]
              for writes, pool in pools.items()}  # fmt: skip
     multi = sum(map(asks_several, kept_before))
+    n_reads = sum(not _writes(t, descriptions) for t in kept_before)
     kept: list[Task] = []
     over_cap = 0
     report = FilterReport()
-    reads = round(wanted * _read_share(descriptions))
+    reads = round(wanted * read_share(descriptions))
     for writes, limit in ((True, wanted - reads), (False, wanted), (True, wanted)):
         pool = pools[writes]
         while pool and len(kept) < limit:
@@ -217,6 +228,7 @@ def _filter_preferring_writes(
                 (cap is not None and any(counts[k] >= cap for k in key(task)))
                 or (record_cap is not None and any(counts[v] >= record_cap for v in _values_of(task)))
                 or (multi_cap is not None and asks_several(task) and multi >= multi_cap)
+                or (read_cap is not None and not writes and n_reads >= read_cap)
             ):
                 over_cap += 1
                 continue
@@ -224,25 +236,9 @@ def _filter_preferring_writes(
             report = report.merge(batch)
             kept.extend(new)
             multi += sum(map(asks_several, new))
+            n_reads += 0 if writes else len(new)
             counts.update(k for t in new for k in key(t) | _values_of(t))
     return kept, report, over_cap
-
-
-def _read_share(descriptions: Mapping[str, str]) -> float:
-    """The share of the tasks kept from one exploration that only read: the reading tools' share of the tools, a
-    third at the least. People ask about what a server holds as often as it offers ways to read it; a share of a
-    third whatever the tools (the rule before) kept 13 one-fact questions of 100 library tasks, where the reads are
-    half the tools.
-
-    Example:
-        >>> _read_share({"search_books": "Books whose title contains the text.", "get_book": "One book.",
-        ...              "borrow": "Lend a copy of a book.", "renew": "Extend a loan."})
-        0.5
-    """
-    if not descriptions:
-        return 1 / 3
-    reading = sum(tool_kind(name, text) == "read" for name, text in descriptions.items())
-    return max(1 / 3, reading / len(descriptions))
 
 
 def _default_factory(task: Task) -> Environment:
@@ -377,6 +373,8 @@ async def asynthesize_tasks(
                 new, batch, over = _filter_preferring_writes(candidates, descriptions, wanted, kept_before=kept,
                                                              cap=_tool_cap(n, len(descriptions)),
                                                              record_cap=_record_cap(n),
+                                                             read_cap=math.ceil(n * read_share(descriptions))
+                                                             if stale < _STALE_READS else None,
                                                              multi_cap=round(n * MULTI_SHARE), env_factory=factory,
                                                              index=index, fingerprint=fingerprint)  # fmt: skip
                 over_cap += over
