@@ -374,7 +374,7 @@ def test_one_tool_is_in_at_most_its_share_of_the_kept_tasks(monkeypatch):
 
 
 def test_the_records_a_task_names_take_turns_and_one_is_in_at_most_its_share(monkeypatch):
-    """An explorer reaches some records more than others (bikeshop run 1: 23 of 100 tasks named member M-0042 /
+    """An explorer reaches some records more than others (bikeshop run 1: 19 of 100 tasks named member M-0042 /
     Jonas Weber, and its adapter then looked that member up for a question about inner tubes). Among tasks about
     equally used tools, the one whose values were kept least comes first, and past ``record_cap`` kept tasks
     passing one value, its candidates are left out unfiltered (counted)."""

@@ -122,7 +122,7 @@ def _balanced(pool: Sequence[Task], key: Callable[[Task], frozenset[str]], befor
     (``before``) first: each next task is the first whose most-used tool is used least, and among those the one
     whose most-used value (``_values_of``) is used least. An explorer that calls one tool that always works
     ("join the waiting list") would otherwise fill the store with it, and a model trained on that store learns to
-    open every task with it; one record asked about again and again (23 of bikeshop run 1's 100 tasks named
+    open every task with it; one record asked about again and again (19 of bikeshop run 1's 100 tasks named
     member M-0042 / Jonas Weber) is copied into requests about other things (session 74: "How many 700x25 inner
     tubes have we got left?" -> ``member_lookup(who="M-0042")``)."""
     counts, left, out = Counter(before), list(pool), []
@@ -147,7 +147,7 @@ them opens every task with it. Fewer tasks than asked for are kept rather than m
 
 MAX_RECORD_SHARE = 0.1
 """The most of the tasks asked for that may pass one value (``_values_of``: a record's id or name, a status): the
-explorer reaches some records more than others, and bikeshop run 1 kept 23 of 100 tasks about one member
+explorer reaches some records more than others, and bikeshop run 1 kept 19 of 100 tasks about one member
 (session 74). Fewer tasks than asked for are kept rather than more about one record."""
 
 
