@@ -537,11 +537,8 @@ def synthesize(
                 **({PHRASINGS_KEY: list(fact.alternates)} if fact.alternates else {})}))  # fmt: skip
     out = list(tasks.values())
     if max_tasks is not None and len(out) > max_tasks:
-        if descriptions:
-            out = _sample(out, max_tasks, seed, lambda t: any(writes(c.name) for c in t.reference_solution or ()),
-                          read_share(descriptions))  # fmt: skip
-        else:
-            out = _sample(out, max_tasks, seed)
+        kind = (lambda t: any(writes(c.name) for c in t.reference_solution or ())) if descriptions else None
+        out = _sample(out, max_tasks, seed, kind, read_share(descriptions))
     return out
 
 
