@@ -163,7 +163,18 @@ def main(script_args: ScriptArguments, cfg: Any, model_args: Any, *, command: st
         if server is not None:
             server.stop()
         loop.close()
+        _leave_process_group()
     return figures
+
+
+def _leave_process_group() -> None:
+    """Destroy the process group a distributed launch made, before the interpreter exits and tears it down in no
+    set order: a fresh-clone test run in session 74 had a ZeRO-3 rank abort after its last step ("terminate called
+    without an active exception"), the launcher then stopping the other rank, and the run exiting 1."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _check_run(cfg: Any, model_args: Any) -> tuple[Path, dict[str, Any] | None]:
