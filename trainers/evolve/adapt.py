@@ -393,9 +393,9 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
 
     from .gate import decide_paired, sample_rewards
 
-    k, seed = run.args.k, run.args.seed
+    k, seed, given = run.args.k, run.args.seed, ran or {}
     models: dict[str, Path | None] = {"before": None, **candidates}
-    ran = {**{n: rows for n in models if (rows := (played_before(d, tasks, k, name=n) or {}).get(n))}, **(ran or {})}
+    ran = {**{n: rows for n in models if (rows := (played_before(d, tasks, k, name=n) or {}).get(n))}, **given}
 
     def player(name: str, adapter: Path | None) -> Callable[[int], list[Any]]:
         def play(slot: int) -> list[Any]:
@@ -407,12 +407,12 @@ def _evaluate(run: Run, tasks: list[Any], candidates: dict[str, Path], d: Path,
 
     played = {**{n: ran[n] for n in models if ran.get(n)},
               **run.side_by_side({n: player(n, a) for n, a in models.items() if not ran.get(n)})}  # fmt: skip
+    for name in models.keys() & given.keys():  # read from another phase's files: this phase's hold them too
+        write_jsonl(d / f"{name}.jsonl", played[name])
     before = played["before"]
-    write_jsonl(d / "before.jsonl", before)
     scored: dict[str, tuple[float, list[Any]]] = {}
     for name in candidates:
         after = played[name]
-        write_jsonl(d / f"{name}.jsonl", after)
         scored[name] = (summarize(after, k)["all"][f"avg@{k}"], after)
     chosen = max(scored, key=lambda name: scored[name][0])
     mean, after = scored[chosen]
